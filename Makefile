@@ -1,0 +1,26 @@
+# The two commands a new user types: `make demo` (main job) and `make test`.
+# Both create or refresh .venv with Python 3.12 from pyproject.toml.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@PY312=$$(scripts/find-python312); \
+	  test -x $(PY) || $$PY312 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/robotrl demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) outputs

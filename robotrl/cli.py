@@ -1,0 +1,53 @@
+"""`robotrl` command line. Subcommands live in `robotrl/commands/<name>.py`, each with
+`add_arguments(parser)` and `run(args) -> int`; they are imported only when chosen, so
+`robotrl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from robotrl.errors import USER_ERRORS
+
+COMMANDS: dict[str, str] = {
+    "devices": "list serial motor buses, cameras, simulated robots, GPUs and CPUs; validate a fleet file",
+    "sim": "run a simulated task with a policy (expert or random), optionally saving video/PNG",
+    "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
+    "bench": "benchmarks (sim: control-step and render rates)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="robotrl", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help_text in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    top = build_parser()
+    known, rest = top.parse_known_args(argv)
+    logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+    module = importlib.import_module(f"robotrl.commands.{known.command}")
+    parser = argparse.ArgumentParser(prog=f"robotrl {known.command}", description=COMMANDS[known.command])
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        return int(module.run(args) or 0)
+    except USER_ERRORS as exc:
+        print(f"robotrl {known.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
