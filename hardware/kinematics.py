@@ -43,8 +43,8 @@ class Kinematics:
 
     def forward(self, q_rad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """End-effector (position (3,) m, rotation (3, 3)) for joint vector (J,)."""
-        pin.framesForwardKinematics(self.model, self.data, np.asarray(q_rad, dtype=np.float64))
-        placement = self.data.oMf[self.ee_frame_id]
+        pin.forwardKinematics(self.model, self.data, np.asarray(q_rad, dtype=np.float64))
+        placement = pin.updateFramePlacement(self.model, self.data, self.ee_frame_id)
         return placement.translation.copy(), placement.rotation.copy()
 
     def ee_position(self, q_rad: np.ndarray) -> np.ndarray:
@@ -61,14 +61,18 @@ class Kinematics:
 
     def ik(self, target_m: np.ndarray, q0_rad: np.ndarray, *, approach_axis: np.ndarray | None = None,
            axis_weight: float = 0.3, damping: float = 1e-3, tol_m: float = 1e-3,
-           max_iters: int = 100, joints: slice = slice(0, 5)) -> IKResult:
+           max_iters: int = 100, joints: slice = slice(0, 5), max_step_rad: float = 0.1,
+           limit_margin_rad: float = 0.03) -> IKResult:
         """Damped least squares for an end-effector position, optionally pointing the
         frame's z axis along `approach_axis` (unit (3,) vector, e.g. straight down).
 
-        Only `joints` move (default: the five arm joints, not the gripper); the result is
-        clipped to the joint limits at every iteration.
+        Only `joints` move (default: the five arm joints, not the gripper); each iteration
+        moves a joint by at most `max_step_rad` (so the solution stays on the branch of
+        `q0_rad`) and is clipped to the joint limits shrunk by `limit_margin_rad` (keep it
+        above `SafetyLimits.limit_margin_rad` so the safety layer never has to clamp).
         """
         q = np.array(q0_rad, dtype=np.float64)
+        lower, upper = self.lower_rad + limit_margin_rad, self.upper_rad - limit_margin_rad
         target = np.asarray(target_m, dtype=np.float64)
         err = np.inf
         for _ in range(max_iters):
@@ -86,8 +90,8 @@ class Kinematics:
             r = np.concatenate(residual)
             j = np.vstack(rows)
             step = j.T @ np.linalg.solve(j @ j.T + damping * np.eye(len(r)), r)
-            q[joints] += step
-            q = np.clip(q, self.lower_rad, self.upper_rad)
+            q[joints] += step * min(1.0, max_step_rad / max(float(np.abs(step).max()), 1e-12))
+            q = np.clip(q, lower, upper)
         err = float(np.linalg.norm(target - self.ee_position(q)))
         return IKResult(q, err, err < tol_m * 5)
 

@@ -72,17 +72,18 @@ class SafetyStats:
 def clamp_to_limits(target: np.ndarray, lower: np.ndarray, upper: np.ndarray,
                     margin: float) -> np.ndarray:
     """Clip (J,) `target` into [lower + margin, upper - margin] element-wise."""
-    return np.clip(target, lower + margin, upper - margin)
+    return np.minimum(np.maximum(target, lower + margin), upper - margin)
 
 
 def clamp_step(previous: np.ndarray, target: np.ndarray, max_step: np.ndarray) -> np.ndarray:
     """Move from `previous` toward `target` by at most `max_step` per joint (all (J,))."""
-    return previous + np.clip(target - previous, -max_step, max_step)
+    return previous + np.minimum(np.maximum(target - previous, -max_step), max_step)
 
 
 def box_violation(point: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
     """Distance (m) from `point` (3,) to the box [low, high]; 0 inside."""
-    return float(np.linalg.norm(np.maximum(low - point, 0) + np.maximum(point - high, 0)))
+    outside = np.maximum(low - point, 0.0) + np.maximum(point - high, 0.0)
+    return float(np.sqrt(outside @ outside))
 
 
 def clamp_to_workspace(previous: np.ndarray, target: np.ndarray, ee_position, low: np.ndarray,
@@ -197,17 +198,17 @@ class SafeRobot:
                 self.hold()
                 raise ValueError(f"command needs shape ({spec.num_joints},), got {target.shape}")
             now_s = self.clock.now()
-            if not np.all(np.isfinite(target)):
+            if not np.isfinite(target).all():
                 self._count("nan_rejections", now_s, "non-finite command replaced by the last target")
                 target = np.where(np.isfinite(target), target, previous)
             limited = clamp_to_limits(target, spec.lower_rad, spec.upper_rad, self.limits.limit_margin_rad)
-            if not np.array_equal(limited, target):
+            if (limited != target).any():
                 self._count("limit_clamps", now_s, "command clamped to joint limits")
             stepped = clamp_step(previous, limited, self._max_step)
-            if not np.array_equal(stepped, limited):
+            if (stepped != limited).any():
                 self._count("step_clamps", now_s, "command step clamped to the velocity limit")
             safe = clamp_to_workspace(previous, stepped, self.kinematics.ee_position, self._low, self._high)
-            if not np.array_equal(safe, stepped):
+            if safe is not stepped:
                 self._count("workspace_clamps", now_s, "command clamped to the workspace box")
             sent = self.robot.command(safe)
             self.stats.commands += 1

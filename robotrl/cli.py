@@ -1,6 +1,7 @@
-"""`robotrl` command line. Subcommands live in `robotrl/commands/<name>.py`, each with
-`add_arguments(parser)` and `run(args) -> int`; they are imported only when chosen, so
-`robotrl --help` stays fast.
+"""`robotrl` command line.
+
+Subcommands live in `robotrl/commands/<name>.py`, each with `add_arguments(parser)` and
+`run(args) -> int`; they are imported only when chosen, so `robotrl --help` stays fast.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from robotrl.errors import USER_ERRORS
 COMMANDS: dict[str, str] = {
     "devices": "list serial motor buses, cameras, simulated robots, GPUs and CPUs; validate a fleet file",
     "sim": "run a simulated task with a policy (expert or random), optionally saving video/PNG",
+    "record": "teleoperate an arm (simulated or real) into a LeRobot dataset",
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
     "bench": "benchmarks (sim: control-step and render rates)",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="robotrl", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(
+        prog="robotrl", description="robotrl: asynchronous learning stack for robot arms. "
+        "Run `robotrl COMMAND --help` for a command's options.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
@@ -35,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     known, rest = top.parse_known_args(argv)
     logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)
     module = importlib.import_module(f"robotrl.commands.{known.command}")
     parser = argparse.ArgumentParser(prog=f"robotrl {known.command}", description=COMMANDS[known.command])
     module.add_arguments(parser)

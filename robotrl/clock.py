@@ -41,3 +41,32 @@ class SimClock:
         if duration_s < 0:
             raise ValueError("a clock cannot go backwards")
         self._now_s += duration_s
+
+
+class Rate:
+    """Paces a loop at `rate_hz` on `clock` and counts overruns.
+
+    With a `SimClock`, `sleep()` advances time exactly to the next tick; with a
+    `WallClock` it waits. A tick whose work took longer than the period is an overrun:
+    the schedule restarts from now instead of bursting to catch up.
+    """
+
+    def __init__(self, clock: Clock, rate_hz: float) -> None:
+        if rate_hz <= 0:
+            raise ValueError("rate_hz must be positive")
+        self.clock = clock
+        self.period_s = 1.0 / rate_hz
+        self.overruns = 0
+        self._next_s = clock.now() + self.period_s
+
+    def sleep(self) -> None:
+        now = self.clock.now()
+        if now > self._next_s + 1e-9:
+            self.overruns += 1
+            self._next_s = now + self.period_s
+            return
+        self.clock.sleep(self._next_s - now)
+        self._next_s += self.period_s
+
+    def restart(self) -> None:
+        self._next_s = self.clock.now() + self.period_s

@@ -36,11 +36,12 @@ class SimRobot:
         cameras: frames `read()` renders; () for state-only runs (much faster).
         clock: time source; a fresh `SimClock` (stepped mode) by default.
         control_rate_hz: command rate advertised in the spec.
+        q_noise_rad: std of Gaussian noise on measured joint positions (sensor noise).
     """
 
     def __init__(self, model: mujoco.MjModel | None = None, *, arm: str | ArmModel = "so101",
                  cameras: tuple[CameraSpec, ...] = DEFAULT_CAMERAS, clock: Clock | None = None,
-                 control_rate_hz: float = 30.0) -> None:
+                 control_rate_hz: float = 30.0, q_noise_rad: float = 0.0) -> None:
         self.arm = get_arm(arm) if isinstance(arm, str) else arm
         self.model = model if model is not None else build_arm_spec(self.arm).compile()
         self.clock = clock if clock is not None else SimClock()
@@ -55,6 +56,8 @@ class SimRobot:
             control_rate_hz=control_rate_hz, cameras=tuple(cameras), ee_frame=self.arm.ee_frame)
         self._renderer: CameraRenderer | None = None
         self._t0_s = 0.0
+        self.q_noise_rad = q_noise_rad
+        self._rng = np.random.default_rng(0)
 
     @property
     def spec(self) -> RobotSpec:
@@ -77,12 +80,14 @@ class SimRobot:
             self._renderer = None
         self.data = None
 
-    def reset(self, q_rad: np.ndarray | None = None) -> None:
-        """Put the arm at `q_rad` (default `HOME_Q_RAD`) at rest, targets there too.
+    def reset(self, q_rad: np.ndarray | None = None, seed: int = 0) -> None:
+        """Put the arm at `q_rad` (default `HOME_Q_RAD`) at rest, targets there too;
+        `seed` seeds the sensor noise.
 
         Objects keep the positions in `model.qpos0`; tasks move them after this call.
         """
         data = self._require()
+        self._rng = np.random.default_rng(seed)
         mujoco.mj_resetData(self.model, data)
         q = HOME_Q_RAD if q_rad is None else np.asarray(q_rad, dtype=np.float64)
         q = np.clip(q, self._spec.lower_rad, self._spec.upper_rad)
@@ -94,7 +99,10 @@ class SimRobot:
     def read(self) -> RobotState:
         data = self._sync()
         images = self._renderer.render(data) if self._renderer is not None else {}
-        return RobotState(q_rad=data.qpos[self._qadr].copy(), timestamp_s=self.clock.now(),
+        q = data.qpos[self._qadr].copy()
+        if self.q_noise_rad > 0:
+            q += self._rng.normal(0.0, self.q_noise_rad, q.shape)
+        return RobotState(q_rad=q, timestamp_s=self.clock.now(),
                           dq_rad_s=data.qvel[self._dofadr].copy(), images=images)
 
     def command(self, target_rad: np.ndarray) -> np.ndarray:
@@ -112,6 +120,11 @@ class SimRobot:
                 self.data.ctrl[self._act] = self.data.qpos[self._qadr]
         except Exception:  # hold() must never raise
             log.exception("SimRobot.hold failed")
+
+    @property
+    def q_true_rad(self) -> np.ndarray:
+        """(J,) joint positions without sensor noise (for task scoring)."""
+        return self._require().qpos[self._qadr].copy()
 
     @property
     def sim_time_s(self) -> float:

@@ -46,7 +46,7 @@ class JawBox:
 # fixed finger spans x -0.026..-0.010, the moving one x 0.008..0.027, both z -0.104..-0.05.
 SO101_FIXED_JAW = JawBox((-0.016, 0.0, -0.078), (0.005, 0.011, 0.026))
 SO101_MOVING_JAW = JawBox((0.014, 0.0, -0.078), (0.005, 0.011, 0.026))
-GRIPPER_GAINS = ActuatorGains(kp_nm_rad=8.0, damping_nms_rad=0.3, armature_kgm2=0.005, force_limit_nm=1.2)
+GRIPPER_GAINS = ActuatorGains(kp_nm_rad=10.0, damping_nms_rad=0.3, armature_kgm2=0.005, force_limit_nm=2.0)
 
 
 def _urdf_without_meshes(arm: ArmModel) -> str:

@@ -1,0 +1,220 @@
+"""`LerobotArm`: a real SO-100/SO-101 follower arm through lerobot, as a `Robot`.
+
+lerobot is imported inside `connect()` only (it pulls in torch), so the spec, the unit
+conversions and the port check run without it. lerobot is driven with `use_degrees=True`;
+`units.py` maps its degrees and gripper 0..100 onto URDF radians.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from robotrl.hardware.errors import ConfigError, DeviceNotConnected
+from robotrl.hardware.kinematics import Kinematics
+from robotrl.hardware.lerobot_arm.units import (
+    LEROBOT_GRIPPER_MAX,
+    LerobotUnits,
+    lerobot_keys,
+    to_lerobot,
+    to_radians,
+    units_for,
+)
+from robotrl.hardware.models import get_arm, velocity_limits
+from robotrl.hardware.robot import CameraSpec, RobotSpec, RobotState
+
+if TYPE_CHECKING:
+    from lerobot.cameras import CameraConfig
+    from lerobot.robots.so_follower import SOFollower
+
+log = logging.getLogger(__name__)
+
+
+class LerobotArm:
+    """An SO-100/SO-101 follower arm on a Feetech motor bus, driven by lerobot.
+
+    The arm must have been calibrated with `lerobot-calibrate` under the same `robot_id`
+    and calibration folder; `connect()` never starts lerobot's interactive calibration.
+    `disconnect()` switches the motor torque off (lerobot's default): the arm goes limp.
+
+    Args:
+        model: arm model, "so101" or "so100".
+        port: serial port of the motor bus, e.g. "/dev/ttyACM0".
+        robot_id: lerobot's robot id (`--robot.id`); names the calibration file `<id>.json`.
+        calibration_dir: folder of that file; None is lerobot's default
+            (`$HF_LEROBOT_CALIBRATION/robots/so_follower`).
+        cameras: camera name -> lerobot camera config (e.g. `OpenCVCameraConfig`) with
+            width and height set; `read()` returns their frames under these names.
+        control_rate_hz: command rate advertised in the spec.
+        units: how lerobot's units sit on the URDF joints; None takes `units_for(model)`.
+    """
+
+    def __init__(self, model: str = "so101", *, port: str, robot_id: str | None = None,
+                 calibration_dir: str | Path | None = None,
+                 cameras: Mapping[str, CameraConfig] | None = None, control_rate_hz: float = 30.0,
+                 units: LerobotUnits | None = None) -> None:
+        self.arm = get_arm(model)
+        self.port = port
+        self.robot_id = robot_id
+        self.calibration_dir = Path(calibration_dir).expanduser() if calibration_dir is not None else None
+        self._camera_configs = dict(cameras or {})
+        kinematics = Kinematics(self.arm)
+        self._spec = RobotSpec(
+            name=self.arm.name, joint_names=self.arm.joint_names, lower_rad=kinematics.lower_rad,
+            upper_rad=kinematics.upper_rad, max_velocity_rad_s=velocity_limits(self.arm),
+            control_rate_hz=control_rate_hz, cameras=_camera_specs(self._camera_configs),
+            ee_frame=self.arm.ee_frame)
+        self.units = units if units is not None else units_for(
+            self.arm.name, kinematics.lower_rad[-1], kinematics.upper_rad[-1])
+        if self.units.num_joints != self._spec.num_joints:
+            raise ConfigError(f"units cover {self.units.num_joints} joints, "
+                              f"{model} has {self._spec.num_joints}")
+        self._keys = lerobot_keys(self.arm.joint_names)
+        self._follower: SOFollower | None = None
+        self._low = np.zeros(self._spec.num_joints)
+        self._high = np.zeros(self._spec.num_joints)
+        self._last_measured: np.ndarray | None = None
+
+    @property
+    def spec(self) -> RobotSpec:
+        return self._spec
+
+    @property
+    def is_connected(self) -> bool:
+        return self._follower is not None and self._follower.is_connected
+
+    def connect(self) -> None:
+        """Open the motor bus and the cameras. Raises `DeviceNotConnected` when the port
+        is missing or the motors do not answer, `ConfigError` when the calibration file
+        does not match the motors."""
+        if self._follower is not None:
+            return
+        if os.name != "nt" and not Path(self.port).exists():
+            raise DeviceNotConnected(
+                f"no serial device at {self.port} for the {self.arm.name} arm: plug in and power "
+                "its motor bus, then find the right port with `robotrl devices`")
+        follower = self._make_follower()
+        try:
+            follower.connect(calibrate=False)
+            if not follower.is_calibrated:
+                raise ConfigError(self._calibration_hint(follower))
+            self._low, self._high = _accepted_range(follower, self.arm.joint_names)
+        except ConfigError:
+            _release(follower)
+            raise
+        except (OSError, RuntimeError) as err:
+            _release(follower)
+            reason = " ".join(str(err).split())
+            raise DeviceNotConnected(
+                f"could not reach the {self.arm.name} arm on {self.port} ({reason}); check its power, "
+                "the cable, your right to open the port (e.g. the `dialout` group) and `robotrl devices`"
+            ) from err
+        if self.arm.name == "so100":
+            log.warning("so100: the lerobot -> URDF joint mapping is not verified on an SO-100 yet; "
+                        "check joint directions at low speed before closing a control loop")
+        self._follower = follower
+
+    def disconnect(self) -> None:
+        """Close the bus (torque off) and the cameras; a no-op when not connected."""
+        follower, self._follower = self._follower, None
+        self._last_measured = None
+        if follower is not None:
+            _release(follower)
+
+    def read(self) -> RobotState:
+        """Joint positions in URDF radians and the latest frame of each camera, stamped with
+        `time.monotonic()` when lerobot's observation (motors first, then cameras) returns."""
+        follower = self._require()
+        obs = follower.get_observation()
+        stamp_s = time.monotonic()
+        measured = np.array([obs[key] for key in self._keys], dtype=np.float64)
+        self._last_measured = measured
+        images = {cam.name: np.asarray(obs[cam.name], dtype=np.uint8) for cam in self._spec.cameras}
+        return RobotState(q_rad=to_radians(measured, self.units), timestamp_s=stamp_s, images=images)
+
+    def command(self, target_rad: np.ndarray) -> np.ndarray:
+        """Send (J,) URDF-radian targets; return the (J,) targets really sent, in radians.
+
+        Targets are clipped to the range the motors accept (their calibrated limits; the
+        gripper's 0..100), then lerobot reports what it sent after its own clipping.
+        """
+        follower = self._require()
+        target = np.asarray(target_rad, dtype=np.float64)
+        if target.shape != (self._spec.num_joints,):
+            raise ValueError(f"command needs shape ({self._spec.num_joints},), got {target.shape}")
+        values = np.clip(to_lerobot(target, self.units), self._low, self._high)
+        sent = follower.send_action(dict(zip(self._keys, values.tolist(), strict=True)))
+        return to_radians(np.array([sent[key] for key in self._keys], dtype=np.float64), self.units)
+
+    def hold(self) -> None:
+        """Command the position of the last `read()` (reading first if there was none).
+        Never raises: failures are logged."""
+        try:
+            if self._follower is None:
+                return
+            if self._last_measured is None:
+                self.read()
+            self._follower.send_action(dict(zip(self._keys, self._last_measured.tolist(), strict=True)))
+        except Exception:  # hold() must never raise
+            log.exception("LerobotArm.hold failed on %s", self.port)
+
+    def _make_follower(self) -> SOFollower:
+        from lerobot.robots.so_follower import SOFollower, SOFollowerRobotConfig
+
+        config = SOFollowerRobotConfig(port=self.port, id=self.robot_id, calibration_dir=self.calibration_dir,
+                                       cameras=dict(self._camera_configs), use_degrees=True)
+        return SOFollower(config)
+
+    def _calibration_hint(self, follower: SOFollower) -> str:
+        return (f"the motors on {self.port} do not match the calibration {follower.calibration_fpath} "
+                "(missing or from another arm); run `lerobot-calibrate "
+                f"--robot.type={self.arm.name}_follower --robot.port={self.port} "
+                f"--robot.id={self.robot_id or '<id>'}` and pass the same id here")
+
+    def _require(self) -> SOFollower:
+        if self._follower is None:
+            raise DeviceNotConnected(f"LerobotArm on {self.port} is not connected: call connect() first")
+        return self._follower
+
+
+def _camera_specs(configs: Mapping[str, Any]) -> tuple[CameraSpec, ...]:
+    """Camera specs from lerobot camera configs (output width/height, after rotation)."""
+    specs = []
+    for name, config in configs.items():
+        if config.fps is None or config.width is None or config.height is None:
+            raise ConfigError(f"camera {name!r}: set fps, width and height in its lerobot config")
+        specs.append(CameraSpec(name, height_px=int(config.height), width_px=int(config.width)))
+    return tuple(specs)
+
+
+def _accepted_range(follower: SOFollower, joint_names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(J,) lowest and highest lerobot values the motors accept.
+
+    `lerobot-calibrate` writes each motor's recorded range to its position limits and the
+    servo stops there; in degrees that range is +-half its width around lerobot's zero.
+    """
+    bus = follower.bus
+    low, high = [], []
+    for name in joint_names[:-1]:
+        cal = bus.calibration[name]
+        max_tick = bus.model_resolution_table[bus.motors[name].model] - 1  # lerobot: 360 deg = 4095
+        half_deg = (cal.range_max - cal.range_min) / 2 * 360.0 / max_tick
+        low.append(-half_deg)
+        high.append(half_deg)
+    return np.array([*low, 0.0]), np.array([*high, LEROBOT_GRIPPER_MAX])
+
+
+def _release(follower: SOFollower) -> None:
+    """Close whatever of the bus and cameras is open; never raises."""
+    for device in (follower.bus, *follower.cameras.values()):
+        try:
+            if device.is_connected:
+                device.disconnect()
+        except Exception:  # closing must go on for the other devices
+            log.exception("could not close %s", device)

@@ -1,0 +1,1 @@
+"""Teleoperation devices: keyboard, gamepad, leader arm, scripted expert, dataset replay."""

@@ -1,0 +1,137 @@
+"""`robotrl record`: teleoperate an arm (simulated or real) into a LeRobotDataset."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from robotrl.errors import UserError
+
+TELEOPS = ("expert", "keyboard", "gamepad", "leader", "replay")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--robot", default="sim", help="sim (MuJoCo SO-101), so101 or so100 (real arm through lerobot)")
+    parser.add_argument("--task", default="pick_place",
+                        help="sim: task name (reach, pick_place); real arm: the instruction stored with every frame")
+    parser.add_argument("--teleop", default="expert", help=f"teleop device: {', '.join(TELEOPS)} (expert: sim only)")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to save (default: 10)")
+    parser.add_argument("--root", type=Path, required=True, help="dataset folder (must not exist unless --resume)")
+    parser.add_argument("--resume", action="store_true", help="append to the dataset at --root")
+    parser.add_argument("--fps", type=int, default=30, help="control and recording rate in Hz (default: 30)")
+    parser.add_argument("--seed", type=int, default=0, help="sim: seed of the first episode")
+    parser.add_argument("--scenario", default="nominal", help="sim: nominal or shifted physics")
+    parser.add_argument("--realtime", action="store_true", help="sim: pace on the wall clock (real arms always are)")
+    parser.add_argument("--image-size", type=int, default=224, help="sim: camera height and width in pixels")
+    parser.add_argument("--noise", type=float, default=0.003, help="expert: std of end-effector noise per tick, metres")
+    parser.add_argument("--max-seconds", type=float, default=20.0, help="longest episode in seconds (sim tasks end earlier)")
+    parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
+    parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
+    parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
+    parser.add_argument("--leader-port", help="leader teleop: serial port of the leader arm")
+    parser.add_argument("--leader-id", default="leader", help="leader teleop: lerobot calibration id")
+    parser.add_argument("--replay-root", type=Path, help="replay teleop: dataset whose actions are replayed")
+    parser.add_argument("--replay-episode", type=int, default=0, help="replay teleop: episode index")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from robotrl.record.features import dataset_features
+    from robotrl.record.run import record_dataset
+    from robotrl.record.writer import DatasetWriter
+    from robotrl.report.table import format_table
+
+    if args.teleop not in TELEOPS:
+        raise UserError(f"unknown teleop device {args.teleop!r}; choose from {', '.join(TELEOPS)}")
+    if args.episodes < 1:
+        raise UserError("--episodes must be at least 1")
+    session = _make_session(args)
+    try:
+        writer = DatasetWriter(args.root, dataset_features(session.spec, session.env_state_dim),
+                               fps=args.fps, robot_type=session.spec.name, resume=args.resume)
+        teleop = _make_teleop(args, session)
+        teleop.connect()
+        before = writer.num_episodes
+        try:
+            with tqdm(total=args.episodes, desc="recording", unit="ep") as bar:
+                summary = record_dataset(session, teleop, writer, episodes=args.episodes, seed=args.seed,
+                                         max_ticks=int(args.max_seconds * args.fps),
+                                         keep_failed=args.keep_failed or args.robot != "sim", progress=bar)
+        finally:
+            writer.close()
+            teleop.disconnect()
+    finally:
+        session.close()
+    s = summary
+    realtime_ratio = s.encode_s / s.recorded_s if s.recorded_s else 0.0
+    print(format_table(("metric", "value"), [
+        ("dataset", f"{args.root} ({before} -> {writer.num_episodes} episodes)"),
+        ("episodes saved", s.episodes_saved), ("frames", s.frames), ("dropped frames", s.dropped_frames),
+        ("loop overruns", s.overruns), ("failed episodes discarded", s.discarded_failures),
+        ("re-recorded", s.rerecorded), ("recorded time (s)", round(s.recorded_s, 2)),
+        ("loop wall time (s)", round(s.loop_wall_s, 2)), ("save/encode time (s)", round(s.encode_s, 2)),
+        ("save time / episode time", round(realtime_ratio, 3)),
+    ]))
+    return 0
+
+
+def _make_session(args: argparse.Namespace):
+    from robotrl.clock import WallClock
+
+    if args.robot == "sim":
+        from robotrl.hardware.robot import CameraSpec
+        from robotrl.sim.env import TaskEnv
+
+        size = args.image_size
+        env = TaskEnv(args.task, args.scenario, cameras=(CameraSpec("front", size, size), CameraSpec("wrist", size, size)),
+                      clock=WallClock() if args.realtime else None)
+        if abs(env.spec.control_rate_hz - args.fps) > 1e-9:
+            env.close()
+            raise UserError(f"the simulated arm runs at {env.spec.control_rate_hz:g} Hz; use --fps {env.spec.control_rate_hz:g}")
+        return env
+    if args.robot not in ("so101", "so100"):
+        raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
+    if not args.port:
+        raise UserError(f"--robot {args.robot} needs --port (see `robotrl devices`)")
+    from robotrl.hardware.lerobot_arm.robot import LerobotArm
+    from robotrl.hardware.safety import SafeRobot
+    from robotrl.record.session import RobotSession
+
+    clock = WallClock()
+    robot = SafeRobot(LerobotArm(args.robot, port=args.port, robot_id=args.robot_id, control_rate_hz=args.fps),
+                      clock=clock)
+    robot.connect(watchdog_thread=True)
+    return RobotSession(robot, args.task, clock)
+
+
+def _make_teleop(args: argparse.Namespace, session):
+    if args.teleop == "expert":
+        if args.robot != "sim":
+            raise UserError("--teleop expert needs --robot sim (the scripted expert knows the sim task)")
+        from robotrl.sim.teleop import ExpertTeleop
+
+        return ExpertTeleop(session, noise_m=args.noise)
+    if args.teleop == "replay":
+        if args.replay_root is None:
+            raise UserError("--teleop replay needs --replay-root")
+        from robotrl.hardware.teleop.replay import ReplayTeleop
+
+        return ReplayTeleop(args.replay_root, args.replay_episode)
+    if args.teleop == "leader":
+        if not args.leader_port:
+            raise UserError("--teleop leader needs --leader-port")
+        from robotrl.hardware.teleop.leader import LeaderArmTeleop
+
+        return LeaderArmTeleop(session.spec.name, port=args.leader_port, robot_id=args.leader_id)
+    from robotrl.hardware.kinematics import Kinematics
+    from robotrl.hardware.models import get_arm
+
+    kinematics = Kinematics(get_arm(session.spec.name))
+    if args.teleop == "keyboard":
+        from robotrl.hardware.teleop.keyboard import KeyboardTeleop, TerminalKeys
+
+        return KeyboardTeleop(kinematics, TerminalKeys())
+    from robotrl.hardware.teleop.gamepad import GamepadTeleop, PygameAxes
+
+    return GamepadTeleop(kinematics, PygameAxes())

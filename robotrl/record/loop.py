@@ -1,0 +1,98 @@
+"""The recording loop: teleop -> SafeRobot -> one dataset frame per control tick.
+
+Each frame stores the observation the operator saw, the **executed** action (what
+`SafeRobot.command` returned), the teleop action, the measured time and the task.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from robotrl.episode import Observation, Step
+from robotrl.hardware.robot import RobotSpec
+from robotrl.hardware.teleop.base import TeleopCommand, TeleopDevice
+from robotrl.record import features as F
+from robotrl.record.writer import DatasetWriter
+
+
+class Session(Protocol):
+    """A robot to record from: `robotrl.sim.env.TaskEnv` or `RobotSession`."""
+
+    instruction: str
+    env_state_dim: int
+
+    @property
+    def spec(self) -> RobotSpec: ...
+
+    @property
+    def overruns(self) -> int: ...
+
+    def reset(self, seed: int) -> Observation: ...
+
+    def step(self, target_rad: np.ndarray) -> Step: ...
+
+
+@dataclass
+class EpisodeOutcome:
+    frames: int
+    success: bool
+    rerecord: bool
+    stop: bool
+    overruns: int
+    """Ticks that took longer than the control period (never stamped at nominal time)."""
+    duration_s: float
+    """Measured episode duration on the session's clock."""
+    wall_s: float
+    """Wall-clock time the loop took."""
+
+
+def make_frame(obs: Observation, step: Step, cmd: TeleopCommand, t0_s: float,
+               env_state_dim: int) -> dict:
+    """The dataset frame of one tick (observation before the action, action after safety)."""
+    frame = {
+        F.STATE: obs.state.q_rad.astype(np.float32),
+        F.ACTION: np.asarray(step.sent_rad, dtype=np.float32),
+        F.TELEOP_ACTION: np.asarray(cmd.target_rad, dtype=np.float32),
+        F.MEASURED_TIME: np.array([obs.state.timestamp_s - t0_s], dtype=np.float32),
+        F.REWARD: np.array([step.reward], dtype=np.float32),
+        F.SUCCESS: np.array([step.success or cmd.events.success]),
+        "task": obs.instruction,
+    }
+    if env_state_dim:
+        frame[F.ENV_STATE] = np.asarray(obs.env_state, dtype=np.float32)
+    for camera, image in obs.state.images.items():
+        frame[F.image_key(camera)] = image
+    return frame
+
+
+def record_episode(session: Session, teleop: TeleopDevice, writer: DatasetWriter, seed: int,
+                   max_ticks: int) -> EpisodeOutcome:
+    """Record one episode into `writer`'s buffer (the caller saves or discards it)."""
+    wall_start = time.perf_counter()
+    overruns_before = session.overruns
+    obs = session.reset(seed)
+    teleop.reset(obs.state)
+    t0_s = obs.state.timestamp_s
+    frames, success, events = 0, False, None
+    for _ in range(max_ticks):
+        cmd = teleop.read(obs.state)
+        events = cmd.events
+        if events.rerecord:
+            writer.discard_episode()
+            break
+        step = session.step(cmd.target_rad)
+        writer.add_frame(make_frame(obs, step, cmd, t0_s, session.env_state_dim))
+        frames += 1
+        success = step.success or events.success
+        obs = step.obs
+        if step.done or events.ends_episode:
+            break
+    return EpisodeOutcome(
+        frames=frames, success=success and not events.failure if events else success,
+        rerecord=bool(events and events.rerecord), stop=bool(events and events.stop),
+        overruns=session.overruns - overruns_before, duration_s=obs.state.timestamp_s - t0_s,
+        wall_s=time.perf_counter() - wall_start)

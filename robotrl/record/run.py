@@ -1,0 +1,64 @@
+"""Record many episodes: retries, re-records, progress and the closing summary."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from robotrl.errors import UserError
+from robotrl.hardware.teleop.base import TeleopDevice
+from robotrl.record.loop import Session, record_episode
+from robotrl.record.writer import DatasetWriter
+
+
+@dataclass
+class RecordSummary:
+    episodes_saved: int = 0
+    frames: int = 0
+    dropped_frames: int = 0
+    """Ticks without a stored frame; the loop stores every tick, so this stays 0."""
+    overruns: int = 0
+    discarded_failures: int = 0
+    rerecorded: int = 0
+    recorded_s: float = 0.0
+    """Measured duration of the saved episodes."""
+    loop_wall_s: float = 0.0
+    encode_s: float = 0.0
+    """Time spent saving (video flush, parquet, finalize) after the episodes."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def record_dataset(session: Session, teleop: TeleopDevice, writer: DatasetWriter, *, episodes: int,
+                   seed: int, max_ticks: int, keep_failed: bool, max_attempts: int | None = None,
+                   progress=None) -> RecordSummary:
+    """Record until `episodes` are saved (or a stop event). Failed episodes are discarded
+    unless `keep_failed`; a re-record event repeats the same seed."""
+    summary = RecordSummary()
+    max_attempts = max_attempts or 3 * episodes + 5
+    attempts = 0
+    while summary.episodes_saved < episodes:
+        attempts += 1
+        if attempts > max_attempts:
+            raise UserError(f"gave up after {max_attempts} attempts: only {summary.episodes_saved} "
+                            f"of {episodes} episodes succeeded (use --keep-failed to store failures)")
+        outcome = record_episode(session, teleop, writer, seed, max_ticks)
+        summary.overruns += outcome.overruns
+        summary.loop_wall_s += outcome.wall_s
+        if outcome.rerecord:
+            summary.rerecorded += 1
+            continue
+        seed += 1
+        if outcome.frames == 0 or not (outcome.success or keep_failed):
+            writer.discard_episode()
+            summary.discarded_failures += outcome.frames > 0
+        else:
+            summary.encode_s += writer.save_episode()
+            summary.episodes_saved += 1
+            summary.frames += outcome.frames
+            summary.recorded_s += outcome.duration_s
+            if progress is not None:
+                progress.update(1)
+        if outcome.stop:
+            break
+    return summary

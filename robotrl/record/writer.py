@@ -1,0 +1,143 @@
+"""`DatasetWriter`: a LeRobotDataset (v3) on disk that stays loadable after any crash.
+
+Frames go through lerobot's own dataset API with streaming video encoding (h264), so
+images are never written as PNG files first. Every saved episode is finalized at once
+(parquet footers and metadata written), so a `kill -9` loses at most the episode being
+recorded; the next episode re-opens the dataset with `LeRobotDataset.resume`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from robotrl.errors import UserError
+from robotrl.hardware.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+VIDEO_CODEC = "h264"
+"""Fast to encode on a CPU and decodable everywhere; lerobot's default AV1 is slower."""
+
+
+def read_info(root: Path) -> dict:
+    """`meta/info.json` of the dataset at `root`."""
+    info = root / "meta" / "info.json"
+    if not info.is_file():
+        raise UserError(f"{root} is not a LeRobot dataset (no meta/info.json)")
+    return json.loads(info.read_text())
+
+
+def feature_mismatches(existing: dict[str, dict], wanted: dict[str, dict]) -> list[str]:
+    """Differences in names, dtypes and shapes between two feature dicts (lerobot's
+    default columns such as `timestamp` are ignored)."""
+    defaults = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
+    problems = []
+    for key in sorted((set(existing) | set(wanted)) - defaults):
+        if key not in existing:
+            problems.append(f"{key}: not in the existing dataset")
+        elif key not in wanted:
+            problems.append(f"{key}: in the existing dataset but not recorded now")
+        else:
+            a, b = existing[key], wanted[key]
+            if a["dtype"] != b["dtype"] or tuple(a["shape"]) != tuple(b["shape"]):
+                problems.append(f"{key}: existing {a['dtype']}{tuple(a['shape'])}, now {b['dtype']}{tuple(b['shape'])}")
+    return problems
+
+
+class DatasetWriter:
+    """Appends episodes to the LeRobotDataset at `root`.
+
+    Args:
+        root: dataset folder. Must not exist unless `resume`.
+        features: from `robotrl.record.features.dataset_features`.
+        fps: recording rate (stored in the dataset).
+        robot_type: e.g. "so101".
+        resume: append to an existing dataset whose features match.
+    """
+
+    def __init__(self, root: Path, features: dict[str, dict], fps: int, robot_type: str,
+                 resume: bool = False) -> None:
+        self.root = Path(root)
+        self.repo_id = f"local/{self.root.name}"
+        self.features = features
+        self.fps = fps
+        self.robot_type = robot_type
+        if resume:
+            if not self.root.exists():
+                raise UserError(f"--resume: {self.root} does not exist")
+            info = read_info(self.root)
+            problems = feature_mismatches(info["features"], features)
+            if int(info["fps"]) != fps:
+                problems.append(f"fps: existing {info['fps']}, now {fps}")
+            if problems:
+                raise ConfigError(f"cannot resume {self.root}, features differ: " + "; ".join(problems))
+            self._remove_interrupted_leftovers()
+        elif self.root.exists():
+            raise UserError(f"{self.root} already exists: pass --resume to append, or choose a new --root")
+        self._dataset = None
+        self._fresh = not resume
+        self._frames_in_episode = 0
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes saved on disk."""
+        if not (self.root / "meta" / "info.json").is_file():
+            return 0
+        return int(read_info(self.root)["total_episodes"])
+
+    def add_frame(self, frame: dict[str, np.ndarray | str]) -> None:
+        """One frame: every feature key plus "task" (the instruction)."""
+        self._open().add_frame(frame)
+        self._frames_in_episode += 1
+
+    def save_episode(self) -> float:
+        """Encode, write and finalize the current episode; returns the seconds it took."""
+        start = time.perf_counter()
+        dataset = self._open()
+        dataset.save_episode()
+        dataset.finalize()
+        self._dataset = None
+        self._frames_in_episode = 0
+        return time.perf_counter() - start
+
+    def discard_episode(self) -> None:
+        """Drop the frames of the current episode (re-record)."""
+        if self._dataset is not None and self._frames_in_episode:
+            self._dataset.clear_episode_buffer()
+        self._frames_in_episode = 0
+
+    def close(self) -> None:
+        """Discard an unfinished episode and release the dataset."""
+        self.discard_episode()
+        if self._dataset is not None:
+            self._dataset.finalize()
+            self._dataset = None
+
+    def _open(self):
+        if self._dataset is not None:
+            return self._dataset
+        from lerobot.configs.video import RGBEncoderConfig
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        options = dict(streaming_encoding=True, rgb_encoder=RGBEncoderConfig(vcodec=VIDEO_CODEC))
+        if self._fresh:
+            self._dataset = LeRobotDataset.create(
+                self.repo_id, self.fps, self.features, root=self.root, robot_type=self.robot_type,
+                use_videos=True, metadata_buffer_size=1, **options)
+            self._fresh = False
+        else:
+            self._dataset = LeRobotDataset.resume(self.repo_id, root=self.root, **options)
+        return self._dataset
+
+    def _remove_interrupted_leftovers(self) -> None:
+        """Temporary frames or videos of an episode that was never saved (a crash)."""
+        for leftover in (self.root / "images",):
+            if leftover.exists():
+                log.warning("removing %s left by an interrupted episode", leftover)
+                shutil.rmtree(leftover)

@@ -1,0 +1,104 @@
+"""`TaskEnv`: a task on the simulated arm behind `SafeRobot`, stepped tick by tick.
+
+Every command goes through `SafeRobot`. With the default `SimClock` an episode runs as
+fast as the CPU allows and is deterministic for a seed; with a `WallClock` it runs in
+real time at the control rate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from robotrl.clock import Clock, Rate, SimClock
+from robotrl.episode import Observation, Step
+from robotrl.hardware.models import get_arm
+from robotrl.hardware.robot import CameraSpec, RobotSpec
+from robotrl.hardware.safety import SafeRobot, SafetyLimits
+from robotrl.hardware.sim_arm.robot import DEFAULT_CAMERAS, SimRobot
+from robotrl.hardware.sim_arm.scene import build_arm_spec
+from robotrl.sim.scenario import Scenario, get_scenario
+from robotrl.sim.tasks import make_task
+from robotrl.sim.tasks.base import Expert, Task
+
+
+class TaskEnv:
+    """One task, one scenario, one simulated arm behind `SafeRobot`.
+
+    Args:
+        task: task name ("reach", "pick_place") or a `Task`.
+        scenario: scenario name ("nominal", "shifted") or a `Scenario`.
+        arm: simulated arm model.
+        cameras: rendered cameras; () for state-only (fast) episodes.
+        clock: `SimClock` (stepped, default) or `WallClock` (real time).
+        safety: `SafeRobot` limits.
+    """
+
+    def __init__(self, task: str | Task = "reach", scenario: str | Scenario = "nominal", *,
+                 arm: str = "so101", cameras: tuple[CameraSpec, ...] = DEFAULT_CAMERAS,
+                 clock: Clock | None = None, safety: SafetyLimits = SafetyLimits()) -> None:
+        self.task = make_task(task) if isinstance(task, str) else task
+        self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
+        spec = build_arm_spec(get_arm(arm))
+        self.task.build(spec)
+        model = spec.compile()
+        self.scenario.apply(model)
+        self.clock = clock if clock is not None else SimClock()
+        self.sim = SimRobot(model, arm=arm, cameras=cameras, clock=self.clock,
+                            q_noise_rad=self.scenario.obs_noise_rad)
+        self.robot = SafeRobot(self.sim, safety, clock=self.clock)
+        self.robot.connect()
+        self.instruction = ""
+        self.tick = 0
+        self.seed = 0
+        self._rate = Rate(self.clock, self.sim.spec.control_rate_hz)
+
+    @property
+    def dt_s(self) -> float:
+        return self.sim.spec.dt_s
+
+    @property
+    def spec(self) -> RobotSpec:
+        return self.sim.spec
+
+    @property
+    def env_state_dim(self) -> int:
+        return self.task.env_state_dim
+
+    def reset(self, seed: int) -> Observation:
+        rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.sim.reset(seed=seed)
+        self.instruction = self.task.reset(self.sim, rng)
+        self.robot.resync()
+        self.tick = 0
+        self._rate.restart()
+        return self._observe()
+
+    def make_expert(self, seed: int | None = None, noise_m: float = 0.0) -> Expert:
+        """The task's scripted expert for the current episode (seeded by `seed`, default
+        the episode's seed)."""
+        expert = self.task.make_expert(self.sim, noise_m=noise_m)
+        expert.reset(np.random.default_rng((self.seed if seed is None else seed) + 1_000_003))
+        return expert
+
+    def step(self, target_rad: np.ndarray) -> Step:
+        """Command (J,) joint targets through SafeRobot, wait one tick, observe."""
+        sent = self.robot.command(target_rad)
+        self._rate.sleep()
+        self.tick += 1
+        self.task.on_tick(self.sim, self.tick)
+        obs = self._observe()
+        ev = self.task.evaluate(self.sim)
+        done = ev.success or self.tick >= self.task.max_ticks
+        return Step(obs, sent, ev.reward, ev.success, done, ev.info)
+
+    def close(self) -> None:
+        self.robot.disconnect()
+
+    @property
+    def overruns(self) -> int:
+        """Ticks whose work took longer than the control period (wall clock only)."""
+        return self._rate.overruns
+
+    def _observe(self) -> Observation:
+        return Observation(self.robot.read(), self.task.env_state(self.sim), self.instruction, self.tick)

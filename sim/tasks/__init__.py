@@ -1,0 +1,17 @@
+"""Task presets for the simulated arm."""
+
+from __future__ import annotations
+
+from robotrl.hardware.errors import ConfigError
+from robotrl.sim.tasks.base import Task
+from robotrl.sim.tasks.pick_place import PickPlaceTask
+from robotrl.sim.tasks.reach import ReachTask
+
+TASKS: dict[str, type] = {"reach": ReachTask, "pick_place": PickPlaceTask}
+
+
+def make_task(name: str) -> Task:
+    try:
+        return TASKS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown task {name!r}; known: {', '.join(TASKS)}") from None

@@ -1,0 +1,54 @@
+"""The `Task` protocol: objects added to the arm's scene, a seeded reset distribution,
+an instruction, reward and success, privileged features and a scripted expert."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import mujoco
+import numpy as np
+
+from robotrl.hardware.sim_arm.robot import SimRobot
+
+
+@dataclass
+class Evaluation:
+    reward: float
+    success: bool
+    info: dict = field(default_factory=dict)
+
+
+class Expert(Protocol):
+    def reset(self, rng: np.random.Generator) -> None: ...
+
+    def act(self, q_rad: np.ndarray) -> np.ndarray:
+        """(J,) joint target for the next tick from measured (J,) joints."""
+        ...
+
+
+class Task(Protocol):
+    name: str
+    max_ticks: int
+    """Episode length limit at the 30 Hz control rate."""
+    env_state_dim: int
+
+    def build(self, spec: mujoco.MjSpec) -> None:
+        """Add the task's objects to the arm's spec before it is compiled."""
+        ...
+
+    def reset(self, robot: SimRobot, rng: np.random.Generator) -> str:
+        """Randomise objects after `robot.reset()`; return the instruction."""
+        ...
+
+    def on_tick(self, robot: SimRobot, tick: int) -> None:
+        """Scheduled events (e.g. the reach target jumping) before tick `tick` is observed."""
+        ...
+
+    def evaluate(self, robot: SimRobot) -> Evaluation: ...
+
+    def env_state(self, robot: SimRobot) -> np.ndarray:
+        """(env_state_dim,) privileged task features (object positions), metres."""
+        ...
+
+    def make_expert(self, robot: SimRobot) -> Expert: ...

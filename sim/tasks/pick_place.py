@@ -1,0 +1,150 @@
+"""`pick_place`: coloured cubes on the table; the instruction names the one that goes
+into the bin, so language matters. Real contact physics: the jaws grip by friction.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from robotrl.hardware.kinematics import Kinematics
+from robotrl.hardware.sim_arm.robot import SimRobot
+from robotrl.sim.experts import CartesianMover
+from robotrl.sim.tasks.base import Evaluation
+
+COLORS = {"red": (0.85, 0.12, 0.1, 1), "green": (0.1, 0.7, 0.2, 1), "blue": (0.12, 0.3, 0.9, 1)}
+CUBE_HALF_M = 0.015
+CUBE_MASS_KG = 0.03
+CUBE_LOW_M = np.array([0.15, -0.12])
+CUBE_HIGH_M = np.array([0.28, 0.12])
+CUBE_SPACING_M = 0.065
+BIN_INNER_HALF_M = 0.045
+BIN_WALL_M = 0.005
+BIN_HEIGHT_M = 0.03
+BIN_X_RANGE_M = (0.13, 0.23)
+BIN_Y_ABS_M = 0.21
+GRIPPER_OPEN_RAD = 0.9
+GRIPPER_CLOSED_RAD = -0.15
+GRASP_OFFSET_M = 0.012
+"""The fixed finger sits off the end-effector axis: centre the cube between the fingers
+by moving the end effector this far along its x (jaw closing) axis."""
+REACHED_M = 0.006
+STALL_TICKS = 30
+"""Move on to the next phase this long after the reference arrived, reached or not."""
+
+
+class PickPlaceTask:
+    name = "pick_place"
+    max_ticks = 300
+    env_state_dim = 3 * len(COLORS) + 3
+
+    def __init__(self) -> None:
+        self.target_color = "red"
+        self.bin_m = np.zeros(3)
+        self._kin: Kinematics | None = None
+
+    def build(self, spec: mujoco.MjSpec) -> None:
+        for color, rgba in COLORS.items():
+            cube = spec.worldbody.add_body(name=f"cube_{color}", pos=[0.2, 0, CUBE_HALF_M])
+            cube.add_freejoint(name=f"cube_{color}")
+            cube.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF_M] * 3, rgba=rgba,
+                          mass=CUBE_MASS_KG, friction=[1.2, 0.01, 0.001])
+        tray = spec.worldbody.add_body(name="bin", mocap=True, pos=[0.18, BIN_Y_ABS_M, 0])
+        outer = BIN_INNER_HALF_M + BIN_WALL_M
+        for sx, sy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            half = [BIN_WALL_M, outer, BIN_HEIGHT_M / 2] if sx else [outer, BIN_WALL_M, BIN_HEIGHT_M / 2]
+            pos = [sx * (BIN_INNER_HALF_M + BIN_WALL_M / 2), sy * (BIN_INNER_HALF_M + BIN_WALL_M / 2),
+                   BIN_HEIGHT_M / 2]
+            tray.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, pos=pos, size=half, rgba=[0.35, 0.3, 0.25, 1])
+
+    def reset(self, robot: SimRobot, rng: np.random.Generator) -> str:
+        self._kin = self._kin or Kinematics(robot.arm)
+        side = rng.choice([-1.0, 1.0])
+        self.bin_m = np.array([rng.uniform(*BIN_X_RANGE_M), side * BIN_Y_ABS_M, 0.0])
+        robot.data.mocap_pos[robot.model.body("bin").mocapid[0]] = self.bin_m
+        placed: list[np.ndarray] = []
+        for color in COLORS:
+            while True:
+                xy = rng.uniform(CUBE_LOW_M, CUBE_HIGH_M)
+                if all(np.linalg.norm(xy - p) >= CUBE_SPACING_M for p in placed):
+                    break
+            placed.append(xy)
+            yaw = rng.uniform(-np.pi / 4, np.pi / 4)
+            adr = robot.model.joint(f"cube_{color}").qposadr[0]
+            robot.data.qpos[adr:adr + 7] = [*xy, CUBE_HALF_M, np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
+        mujoco.mj_forward(robot.model, robot.data)
+        self.target_color = str(rng.choice(list(COLORS)))
+        return f"put the {self.target_color} cube in the bin"
+
+    def on_tick(self, robot: SimRobot, tick: int) -> None:
+        pass
+
+    def cube_pose(self, robot: SimRobot, color: str) -> tuple[np.ndarray, float]:
+        """Cube centre (3,) in metres and its yaw in radians."""
+        adr = robot.model.joint(f"cube_{color}").qposadr[0]
+        pos = robot.data.qpos[adr:adr + 3].copy()
+        w, x, y, z = robot.data.qpos[adr + 3:adr + 7]
+        return pos, float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+    def evaluate(self, robot: SimRobot) -> Evaluation:
+        assert self._kin is not None
+        cube, _ = self.cube_pose(robot, self.target_color)
+        inside = bool(np.all(np.abs(cube[:2] - self.bin_m[:2]) < BIN_INNER_HALF_M) and cube[2] < 0.04)
+        released = np.linalg.norm(self._kin.ee_position(robot.q_true_rad) - cube) > 0.04
+        success = inside and released
+        ee = self._kin.ee_position(robot.q_true_rad)
+        shaping = -np.linalg.norm(ee - cube) - np.linalg.norm(cube[:2] - self.bin_m[:2])
+        return Evaluation(reward=float(shaping) + (1.0 if success else 0.0), success=success,
+                          info={"cube_in_bin": inside})
+
+    def env_state(self, robot: SimRobot) -> np.ndarray:
+        cubes = [self.cube_pose(robot, c)[0] for c in COLORS]
+        return np.concatenate([*cubes, self.bin_m]).astype(np.float32)
+
+    def make_expert(self, robot: SimRobot, noise_m: float = 0.0) -> PickPlaceExpert:
+        return PickPlaceExpert(self, robot, Kinematics(robot.arm), noise_m)
+
+
+class PickPlaceExpert:
+    """Scripted pick and place: above the cube, down, close, lift, over the bin, open."""
+
+    def __init__(self, task: PickPlaceTask, robot: SimRobot, kinematics: Kinematics, noise_m: float) -> None:
+        self.task = task
+        self.robot = robot
+        self.kin = kinematics
+        self.mover = CartesianMover(kinematics, speed_m_s=0.25, dt_s=robot.spec.dt_s, noise_m=noise_m)
+
+    def reset(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self.phase = "start"
+        self._wait = 0
+
+    def act(self, q_rad: np.ndarray) -> np.ndarray:
+        if self.phase == "start":
+            self.mover.reset(self._rng, q_rad)
+            cube, yaw = self.task.cube_pose(self.robot, self.task.target_color)
+            self._cube, self._yaw = cube, yaw
+            self.phase = "above_cube"
+        jaw_axis = self.kin.forward(q_rad)[1][:, 0] * [1.0, 1.0, 0.0]
+        offset = GRASP_OFFSET_M * jaw_axis / max(float(np.linalg.norm(jaw_axis)), 1e-6)
+        above = self._cube + offset + [0, 0, 0.05]
+        grasp = np.array([*(self._cube + offset)[:2], 0.008])
+        over_bin = self.task.bin_m + [0, 0, 0.10]
+        plan = {  # phase: (waypoint, gripper, next phase, ticks to wait there)
+            "above_cube": (above, GRIPPER_OPEN_RAD, "descend", 0),
+            "descend": (grasp, GRIPPER_OPEN_RAD, "close", 0),
+            "close": (grasp, GRIPPER_CLOSED_RAD, "lift", 10),
+            "lift": (above + [0, 0, 0.04], GRIPPER_CLOSED_RAD, "carry", 0),
+            "carry": (over_bin, GRIPPER_CLOSED_RAD, "lower", 0),
+            "lower": (over_bin - [0, 0, 0.04], GRIPPER_CLOSED_RAD, "release", 0),
+            "release": (over_bin - [0, 0, 0.04], GRIPPER_OPEN_RAD, "retreat", 6),
+            "retreat": (over_bin + [0, 0, 0.03], GRIPPER_OPEN_RAD, "retreat", 0),
+        }
+        waypoint, gripper, next_phase, wait_ticks = plan[self.phase]
+        target = self.mover.step(waypoint, gripper, yaw_rad=self._yaw)
+        if np.linalg.norm(self.mover.reference_m - waypoint) < 1e-4:
+            self._wait += 1  # ticks since the reference arrived
+        reached = np.linalg.norm(self.kin.ee_position(q_rad) - waypoint) < REACHED_M
+        if (reached and self._wait > wait_ticks) or self._wait > STALL_TICKS:
+            self.phase, self._wait = next_phase, 0
+        return target

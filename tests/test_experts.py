@@ -1,0 +1,43 @@
+"""The scripted experts solve their tasks in the nominal scenario without ever needing
+the safety layer (they stay inside the limits, the step limit and the workspace)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robotrl.sim.env import TaskEnv
+
+SEEDS = range(50)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["reach", "pick_place"])
+def test_expert_success_rate_nominal(task):
+    env = TaskEnv(task, "nominal", cameras=())
+    try:
+        successes, ticks = [], []
+        for seed in SEEDS:
+            obs = env.reset(seed)
+            expert = env.make_expert(seed)
+            while True:
+                st = env.step(expert.act(obs.state.q_rad))
+                obs = st.obs
+                if st.done:
+                    break
+            successes.append(st.success)
+            ticks.append(st.obs.tick)
+        rate = float(np.mean(successes))
+        failed = [seed for seed, ok in zip(SEEDS, successes) if not ok]
+        print(f"\n{task} expert (nominal): success {rate:.0%} over {len(SEEDS)} seeds, "
+              f"mean {np.mean(ticks):.0f} ticks, failed seeds {failed}")
+        assert rate >= 0.95, f"{task} expert succeeded in {rate:.0%}; failed seeds {failed}"
+        stats = env.robot.stats
+        # every expert tick went through SafeRobot untouched
+        assert stats.commands == sum(ticks)
+        assert {k: getattr(stats, k) for k in ("limit_clamps", "step_clamps", "workspace_clamps",
+                                               "nan_rejections", "watchdog_holds")} == {
+            "limit_clamps": 0, "step_clamps": 0, "workspace_clamps": 0, "nan_rejections": 0,
+            "watchdog_holds": 0}
+    finally:
+        env.close()
