@@ -71,8 +71,8 @@ class Kinematics:
         `q0_rad`) and is clipped to the joint limits shrunk by `limit_margin_rad` (keep it
         above `SafetyLimits.limit_margin_rad` so the safety layer never has to clamp).
         """
-        q = np.array(q0_rad, dtype=np.float64)
         lower, upper = self.lower_rad + limit_margin_rad, self.upper_rad - limit_margin_rad
+        q = np.clip(np.asarray(q0_rad, dtype=np.float64), lower, upper)
         target = np.asarray(target_m, dtype=np.float64)
         err = np.inf
         for _ in range(max_iters):

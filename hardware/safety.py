@@ -187,7 +187,7 @@ class SafeRobot:
         Raises `SafetyTrip` (after holding) while the e-stop latch is set."""
         with self._lock:
             if self._estop_reason is not None:
-                self.hold()
+                self.hold()  # no-op while already holding
                 raise SafetyTrip(f"e-stop is latched ({self._estop_reason}); call reset_estop() first")
             if self._last_target is None:
                 self.resync()
@@ -218,8 +218,12 @@ class SafeRobot:
             return sent
 
     def hold(self) -> None:
-        """Hold position and make the measured position the step-clamp reference. Never raises."""
+        """Hold position and make the measured position the step-clamp reference. Never
+        raises. While already holding it does nothing, so the first hold target stays
+        (re-holding at the measured position every tick would let a sagging arm creep)."""
         with self._lock:
+            if self._holding:
+                return
             self.robot.hold()
             self._holding = True
             try:

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     known, rest = top.parse_known_args(argv)
     logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("OpenGL").setLevel(logging.WARNING)
+    for noisy in ("OpenGL", "lerobot"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     module = importlib.import_module(f"robotrl.commands.{known.command}")
     parser = argparse.ArgumentParser(prog=f"robotrl {known.command}", description=COMMANDS[known.command])
     module.add_arguments(parser)

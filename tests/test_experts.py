@@ -13,7 +13,7 @@ SEEDS = range(50)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["reach", "pick_place"])
-def test_expert_success_rate_nominal(task):
+def test_expert_success_rate_nominal(task, capsys):
     env = TaskEnv(task, "nominal", cameras=())
     try:
         successes, ticks = [], []
@@ -29,8 +29,9 @@ def test_expert_success_rate_nominal(task):
             ticks.append(st.obs.tick)
         rate = float(np.mean(successes))
         failed = [seed for seed, ok in zip(SEEDS, successes) if not ok]
-        print(f"\n{task} expert (nominal): success {rate:.0%} over {len(SEEDS)} seeds, "
-              f"mean {np.mean(ticks):.0f} ticks, failed seeds {failed}")
+        with capsys.disabled():  # show the rates even when output is captured
+            print(f"\n{task} expert (nominal): success {rate:.0%} over {len(SEEDS)} seeds, "
+                  f"mean {np.mean(ticks):.0f} ticks, failed seeds {failed}")
         assert rate >= 0.95, f"{task} expert succeeded in {rate:.0%}; failed seeds {failed}"
         stats = env.robot.stats
         # every expert tick went through SafeRobot untouched

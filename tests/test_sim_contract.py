@@ -222,10 +222,6 @@ def test_hold_never_raises(preset, caplog):
     safe.disconnect()  # twice
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: SimRobot.hold sets the servo targets to data.qpos without stepping physics up "
-    "to the clock first, so in stepped mode it holds where the arm was at the last "
-    "read()/command() and cancels the motion in between"))
 def test_hold_keeps_the_position_at_clock_time(so101_sim):
     so101_sim.command(HOME_Q_RAD + [0.1, 0, 0, 0, 0, 0])
     so101_sim.clock.advance(0.6)  # 0.6 s is plenty to turn the pan by 0.1 rad

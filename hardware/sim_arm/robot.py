@@ -117,7 +117,8 @@ class SimRobot:
     def hold(self) -> None:
         try:
             if self.data is not None:
-                self.data.ctrl[self._act] = self.data.qpos[self._qadr]
+                data = self._sync()
+                data.ctrl[self._act] = data.qpos[self._qadr]
         except Exception:  # hold() must never raise
             log.exception("SimRobot.hold failed")
 

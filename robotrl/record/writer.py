@@ -2,8 +2,9 @@
 
 Frames go through lerobot's own dataset API with streaming video encoding (h264), so
 images are never written as PNG files first. Every saved episode is finalized at once
-(parquet footers and metadata written), so a `kill -9` loses at most the episode being
-recorded; the next episode re-opens the dataset with `LeRobotDataset.resume`.
+(parquet footers and metadata written) and committed (`robotrl.record.commit`), so a
+`kill -9` loses at most the episode being recorded or saved; `--resume` returns the
+folder to its last commit and re-opens it with `LeRobotDataset.resume`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import numpy as np
 
 from robotrl.errors import UserError
 from robotrl.hardware.errors import ConfigError
+from robotrl.record.commit import commit, recover
 
 log = logging.getLogger(__name__)
 
 VIDEO_CODEC = "h264"
 """Fast to encode on a CPU and decodable everywhere; lerobot's default AV1 is slower."""
+VIDEO_PRESET = "veryfast"
+"""x264 speed preset: the encoder shares the cores with rendering and the control loop."""
 
 
 def read_info(root: Path) -> dict:
@@ -71,6 +75,8 @@ class DatasetWriter:
         if resume:
             if not self.root.exists():
                 raise UserError(f"--resume: {self.root} does not exist")
+            if recover(self.root):
+                log.warning("%s was interrupted while saving; returned it to its last saved episode", self.root)
             info = read_info(self.root)
             problems = feature_mismatches(info["features"], features)
             if int(info["fps"]) != fps:
@@ -102,6 +108,7 @@ class DatasetWriter:
         dataset = self._open()
         dataset.save_episode()
         dataset.finalize()
+        commit(self.root)
         self._dataset = None
         self._frames_in_episode = 0
         return time.perf_counter() - start
@@ -125,7 +132,15 @@ class DatasetWriter:
         from lerobot.configs.video import RGBEncoderConfig
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-        options = dict(streaming_encoding=True, rgb_encoder=RGBEncoderConfig(vcodec=VIDEO_CODEC))
+        import av
+        import datasets
+
+        # lerobot hands FFmpeg back its own stderr logger after every video, and x264
+        # then prints its statistics: keep FFmpeg's native level at errors.
+        av.logging.set_libav_level(av.logging.ERROR)
+        datasets.disable_progress_bars()
+        encoder = RGBEncoderConfig(vcodec=VIDEO_CODEC, preset=VIDEO_PRESET)
+        options = dict(streaming_encoding=True, rgb_encoder=encoder, video_backend="pyav")
         if self._fresh:
             self._dataset = LeRobotDataset.create(
                 self.repo_id, self.fps, self.features, root=self.root, robot_type=self.robot_type,

@@ -1,0 +1,90 @@
+"""Crash-safe commits of a LeRobotDataset folder.
+
+lerobot writes every episode into new data/video/metadata files, but rewrites
+`meta/info.json`, `meta/stats.json` and `meta/tasks.parquet` in place, non-atomically.
+After each saved episode we therefore store a commit: copies of those files plus the list
+of every file in the dataset, written to a temporary folder, fsynced and renamed into
+place. `recover` puts a dataset back to its last commit: the mutable files are restored
+and files written by an interrupted save are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+COMMIT_DIR = ".robotrl_commit"
+MUTABLE = ("meta/info.json", "meta/stats.json", "meta/tasks.parquet")
+
+
+def _dataset_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() and COMMIT_DIR not in p.relative_to(root).parts)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(root: Path) -> None:
+    """Record the dataset's current state as the last good one (atomic)."""
+    base = root / COMMIT_DIR
+    tmp, current, old = base / "tmp", base / "current", base / "old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for rel in MUTABLE:
+        if (root / rel).is_file():
+            target = tmp / rel.replace("/", "__")
+            shutil.copyfile(root / rel, target)
+            with open(target, "rb") as f:
+                os.fsync(f.fileno())
+    manifest = tmp / "manifest.json"
+    manifest.write_text(json.dumps(_dataset_files(root)))
+    with open(manifest, "rb") as f:
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    shutil.rmtree(old, ignore_errors=True)
+    if current.exists():
+        current.rename(old)
+    tmp.rename(current)
+    _fsync_dir(base)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover(root: Path) -> bool:
+    """Return `root` to its last commit; True if anything had to be repaired. A dataset
+    without a commit (written by another tool) is left as it is."""
+    base = root / COMMIT_DIR
+    snapshot = base / "current" if (base / "current").is_dir() else base / "old"
+    if not (snapshot / "manifest.json").is_file():
+        return False
+    committed = set(json.loads((snapshot / "manifest.json").read_text()))
+    repaired = False
+    for rel in _dataset_files(root):
+        if rel not in committed:
+            log.warning("removing %s, written by an interrupted save", rel)
+            (root / rel).unlink()
+            repaired = True
+    for rel in MUTABLE:
+        saved = snapshot / rel.replace("/", "__")
+        if saved.is_file() and (not (root / rel).is_file()
+                                or saved.read_bytes() != (root / rel).read_bytes()):
+            log.warning("restoring %s from the last commit", rel)
+            shutil.copyfile(saved, root / rel)
+            repaired = True
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+        if COMMIT_DIR not in folder.relative_to(root).parts and not any(folder.iterdir()):
+            folder.rmdir()
+    missing = [rel for rel in committed if not (root / rel).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{root}: committed files are missing: {', '.join(missing[:5])}")
+    return repaired
