@@ -3,8 +3,9 @@
 Records expert episodes of the simulated SO-101 (two 224x224 cameras, streaming h264)
 twice: paced on the wall clock at 30 Hz (what a real arm does: frames written per second
 must match the camera fps, with no dropped frames and no overruns) and unpaced (the
-headroom: how many frames per second the pipeline can take). Also reports the seconds
-needed to save an episode relative to its duration.
+headroom: how many frames per second the pipeline can take). Frames/s count the ticks of
+the episodes; the reset and dataset re-open between episodes are reported apart, as are
+the seconds needed to save an episode relative to its duration.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def measure(realtime: bool, episodes: int, task: str, image_px: int, root: Path)
     return {
         "mode": "realtime 30 Hz" if realtime else "unpaced",
         "camera_fps": fps, "episodes": s.episodes_saved, "frames": s.frames,
-        "frames_written_per_s": s.frames / s.loop_wall_s,
+        "frames_written_per_s": s.frames / s.ticks_wall_s,
+        "between_episodes_s": (s.loop_wall_s - s.ticks_wall_s) / max(s.episodes_saved, 1),
         "dropped_frames": s.dropped_frames, "overruns": s.overruns,
         "save_s_per_episode": s.encode_s / max(s.episodes_saved, 1),
         "save_time_over_episode_time": s.encode_s / s.recorded_s,

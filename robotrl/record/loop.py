@@ -47,7 +47,9 @@ class EpisodeOutcome:
     duration_s: float
     """Measured episode duration on the session's clock."""
     wall_s: float
-    """Wall-clock time the loop took."""
+    """Wall-clock time the episode took, reset included."""
+    ticks_wall_s: float
+    """Wall-clock time from the first tick to the last frame (reset excluded)."""
 
 
 def make_frame(obs: Observation, step: Step, cmd: TeleopCommand, t0_s: float,
@@ -73,10 +75,12 @@ def record_episode(session: Session, teleop: TeleopDevice, writer: DatasetWriter
                    max_ticks: int) -> EpisodeOutcome:
     """Record one episode into `writer`'s buffer (the caller saves or discards it)."""
     wall_start = time.perf_counter()
+    writer.prepare()
     overruns_before = session.overruns
     obs = session.reset(seed)
     teleop.reset(obs.state)
     t0_s = obs.state.timestamp_s
+    ticks_start = time.perf_counter()
     frames, success, events = 0, False, None
     for _ in range(max_ticks):
         cmd = teleop.read(obs.state)
@@ -95,4 +99,4 @@ def record_episode(session: Session, teleop: TeleopDevice, writer: DatasetWriter
         frames=frames, success=success and not events.failure if events else success,
         rerecord=bool(events and events.rerecord), stop=bool(events and events.stop),
         overruns=session.overruns - overruns_before, duration_s=obs.state.timestamp_s - t0_s,
-        wall_s=time.perf_counter() - wall_start)
+        wall_s=time.perf_counter() - wall_start, ticks_wall_s=time.perf_counter() - ticks_start)

@@ -22,6 +22,9 @@ class RecordSummary:
     recorded_s: float = 0.0
     """Measured duration of the saved episodes."""
     loop_wall_s: float = 0.0
+    """Wall-clock time of all episodes, resets included."""
+    ticks_wall_s: float = 0.0
+    """Wall-clock time spent in the ticks of the saved episodes."""
     encode_s: float = 0.0
     """Time spent saving (video flush, parquet, finalize) after the episodes."""
 
@@ -57,6 +60,7 @@ def record_dataset(session: Session, teleop: TeleopDevice, writer: DatasetWriter
             summary.episodes_saved += 1
             summary.frames += outcome.frames
             summary.recorded_s += outcome.duration_s
+            summary.ticks_wall_s += outcome.ticks_wall_s
             if progress is not None:
                 progress.update(1)
         if outcome.stop:

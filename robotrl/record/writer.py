@@ -97,6 +97,11 @@ class DatasetWriter:
             return 0
         return int(read_info(self.root)["total_episodes"])
 
+    def prepare(self) -> None:
+        """Open (or re-open) the dataset now, so the first frame of the next episode does
+        not pay for it inside the control loop."""
+        self._open()
+
     def add_frame(self, frame: dict[str, np.ndarray | str]) -> None:
         """One frame: every feature key plus "task" (the instruction)."""
         self._open().add_frame(frame)
