@@ -1,0 +1,70 @@
+"""The `ChunkPolicy` protocol: a policy that answers an observation with an action chunk.
+
+Actions are absolute joint-position targets in robot units (radians), never normalised,
+so a chunk can cross a process boundary and be spliced by absolute tick.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PolicyMetadata:
+    policy_type: str
+    """e.g. "fastslow_flow", "lerobot_act"."""
+    horizon: int
+    """H, rows per chunk."""
+    action_dim: int
+    """A, joints per row."""
+    control_rate_hz: float
+    """Rate at which chunk rows are executed."""
+    state_dim: int
+    """Length of the proprioceptive state the policy reads (radians)."""
+    cameras: tuple[str, ...] = ()
+    """Camera names the policy reads, in `PolicyObservation.images`."""
+    image_size_px: int = 0
+    """Square image size the policy expects (0: no images)."""
+    normalization_id: str = ""
+    """Hash of the normalisation statistics baked into the checkpoint."""
+
+
+@dataclass
+class PolicyObservation:
+    state_rad: np.ndarray
+    """(state_dim,) joint positions the chunk should start from: the measured state, or
+    the state forwarded to the chunk's first tick (VLASH)."""
+    tick: int
+    """Absolute control tick at which the observation was captured."""
+    instruction: str = ""
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+    """Camera name -> (H, W, 3) uint8, captured at `tick` (may be stale)."""
+    env_state: np.ndarray | None = None
+    """Optional privileged features (sim only)."""
+    delay_ticks: int = 0
+    """d: ticks between capture and the chunk's first executed row."""
+    prefix_rad: np.ndarray | None = None
+    """(P, A) rows already committed for the chunk's first ticks (RTC guidance), or None."""
+
+
+@dataclass
+class ActionChunk:
+    actions_rad: np.ndarray
+    """(H, A) absolute joint targets, radians."""
+    start_tick: int
+    """Absolute tick at which row 0 executes (observation tick + delay)."""
+    version: int = 0
+    """Weight version that produced the chunk."""
+
+
+@runtime_checkable
+class ChunkPolicy(Protocol):
+    @property
+    def metadata(self) -> PolicyMetadata: ...
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk: ...
+
+    def reset(self) -> None: ...
