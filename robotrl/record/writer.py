@@ -109,8 +109,11 @@ class DatasetWriter:
 
     def save_episode(self) -> float:
         """Encode, write and finalize the current episode; returns the seconds it took."""
+        import datasets
+
         start = time.perf_counter()
         dataset = self._open()
+        datasets.disable_progress_bars()  # one "Map" bar per episode otherwise
         dataset.save_episode()
         dataset.finalize()
         commit(self.root)
@@ -138,12 +141,10 @@ class DatasetWriter:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
         import av
-        import datasets
 
         # lerobot hands FFmpeg back its own stderr logger after every video, and x264
         # then prints its statistics: keep FFmpeg's native level at errors.
         av.logging.set_libav_level(av.logging.ERROR)
-        datasets.disable_progress_bars()
         encoder = RGBEncoderConfig(vcodec=VIDEO_CODEC, preset=VIDEO_PRESET)
         options = dict(streaming_encoding=True, rgb_encoder=encoder, video_backend="pyav")
         if self._fresh:
