@@ -17,8 +17,12 @@ COMMANDS: dict[str, str] = {
     "devices": "list serial motor buses, cameras, simulated robots, GPUs and CPUs; validate a fleet file",
     "sim": "run a simulated task with a policy (expert or random), optionally saving video/PNG",
     "record": "teleoperate an arm (simulated or real) into a LeRobot dataset",
+    "serve": "run the asynchronous inference server for a policy checkpoint",
+    "deploy": "run a policy on an arm (sim or real) through the inference server",
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
     "bench": "benchmarks (sim: control-step and render rates)",
+    "train": "train a fast/slow flow-matching chunk policy on a LeRobot dataset",
+    "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }
 
 

@@ -1,0 +1,92 @@
+"""`RemoteChunkSource`: the executor's `ChunkSource` backed by a `PolicyServer` over ZMQ.
+
+Robot side: no torch, no mujoco. Requests never block the control loop: `request` queues
+the observation on the socket, `poll` (once a tick) collects replies and drives the
+heartbeats. A lost server, a refused request or a reply that takes longer than
+`reply_timeout_s` raise a `WireError`; the executor holds and asks again later.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from robotrl.inference.latency import LatencyStats
+from robotrl.policies.base import ActionChunk, PolicyObservation
+from robotrl.wire.client import ClientSocket
+from robotrl.wire.errors import TransportTimeout, WireError
+from robotrl.wire.messages import ChunkReply, ErrorReply, ObservationRequest
+
+
+class RequestFailed(WireError):
+    """The server answered a request with an error."""
+
+
+def initial_delay_ticks(server_info: dict, control_rate_hz: float, network_ms: float = 2.0) -> int:
+    """First guess of the inference delay d before any chunk was measured: the server's
+    warm-up model time plus `network_ms` in whole ticks, plus one tick because a reply is
+    taken in at the loop's next tick. Erring high only makes the first chunk's image one
+    tick staler; erring low drops its first rows (a jump at the boundary)."""
+    seconds = (float(server_info.get("model_ms", 0.0)) + network_ms) / 1000.0
+    return math.ceil(seconds * control_rate_hz) + 1
+
+
+class RemoteChunkSource:
+    """Asks the server behind `client` for chunks (one request in flight at a time).
+
+    Attributes:
+        stats: round trip ("rtt"), server "queue"/"model"/"total" and client "encode"
+            times in ns per answered request.
+    """
+
+    def __init__(self, client: ClientSocket, robot_id: str, action_dim: int, *,
+                 reply_timeout_s: float = 2.0) -> None:
+        self.client = client
+        self.robot_id = robot_id
+        self.action_dim = action_dim
+        self.reply_timeout_s = reply_timeout_s
+        self.stats = LatencyStats()
+        self._next_id = 0
+        self._waiting: tuple[int, int] | None = None  # (request id, monotonic ns when sent)
+
+    def request(self, obs: PolicyObservation) -> None:
+        prefix = obs.prefix_rad if obs.prefix_rad is not None else np.zeros((0, self.action_dim))
+        self._next_id += 1
+        sent_ns = time.monotonic_ns()
+        msg = ObservationRequest(
+            robot_id=self.robot_id, request_id=self._next_id, tick=obs.tick,
+            state=np.asarray(obs.state_rad, dtype=np.float64), in_flight=np.asarray(prefix, dtype=np.float64),
+            images=obs.images, instruction=obs.instruction, delay_ticks=obs.delay_ticks,
+            sent_time_ns=sent_ns,
+            env_state=None if obs.env_state is None else np.asarray(obs.env_state, dtype=np.float32))
+        self.client.send(msg, timeout_s=0.0)
+        self.stats.add(encode=self.client.last_encode_ns)
+        self._waiting = (self._next_id, sent_ns)
+
+    def poll(self, now_tick: int) -> ActionChunk | None:
+        while True:
+            msg = self.client.poll(0.0)
+            if msg is None:
+                break
+            chunk = self._take(msg)
+            if chunk is not None:
+                return chunk
+        if self._waiting is not None and (time.monotonic_ns() - self._waiting[1]) / 1e9 > self.reply_timeout_s:
+            self._waiting = None
+            raise TransportTimeout(f"no chunk from {self.client.endpoint} within {self.reply_timeout_s:.3g} s")
+        return None
+
+    def _take(self, msg) -> ActionChunk | None:
+        if isinstance(msg, ErrorReply):
+            if self._waiting is not None and msg.request_id == self._waiting[0]:
+                self._waiting = None
+                raise RequestFailed(f"server refused request {msg.request_id}: {msg.code}: {msg.message}")
+            return None
+        if not isinstance(msg, ChunkReply) or self._waiting is None or msg.request_id != self._waiting[0]:
+            return None  # a late reply to a request given up on
+        sent_ns, self._waiting = self._waiting[1], None
+        self.stats.add(rtt=time.monotonic_ns() - sent_ns, **msg.timings_ns)
+        return ActionChunk(actions_rad=np.asarray(msg.actions, dtype=np.float64), start_tick=msg.start_tick,
+                           version=msg.version)

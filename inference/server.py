@@ -1,0 +1,301 @@
+"""`PolicyServer`: serves a `ChunkPolicy` to many robots over ZMQ.
+
+Threads:
+- I/O thread: owns the ROUTER socket (`robotrl.wire.transport.ServerSocket`): answers
+  hellos and heartbeats, queues observation requests, sends replies. It never waits on
+  the model.
+- model worker: takes queued requests, waits at most `batch_wait_ms` for requests of
+  other robots, forwards each state to the tick its chunk starts (VLASH), runs the
+  policy (batched when it offers `predict_chunks`) and hands the replies back. New
+  weights are swapped in only between batches, so one chunk never mixes versions; the
+  version goes out in every reply.
+- slow pathway (policies with `encode_slow`, e.g. the fast/slow VLA): refreshes each
+  robot's latent from its newest images at `slow_rate_hz`; the fast pathway answers every
+  request with the newest latent and its age in ticks.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+
+from robotrl.inference.chunking import forward_state
+from robotrl.inference.latency import LatencyStats
+from robotrl.policies.base import ActionChunk, ChunkPolicy, PolicyObservation
+from robotrl.wire.errors import PeerLost, ProtocolError, TransportTimeout
+from robotrl.wire.keys import ServerKeys
+from robotrl.wire.messages import ChunkReply, ErrorReply, ObservationRequest
+from robotrl.wire.transport import ServerSocket
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    endpoint: str = "tcp://127.0.0.1:5555"
+    """Where to bind ("tcp://*:5555" to accept other machines, with CURVE keys)."""
+    batch_wait_ms: float = 2.0
+    """Longest wait for requests of other robots before running a batch."""
+    max_batch: int = 16
+    """Most requests per model call."""
+    slow_rate_hz: float = 3.0
+    """Rate of the slow (vision-language) pathway per robot, for policies that have one."""
+    max_step_rad: tuple[float, ...] | None = None
+    """Per-joint step limit applied while forwarding states (the robot's safety clamp)."""
+    warmup_calls: int = 3
+    """Model calls made before robots are accepted (excluded from latency statistics)."""
+
+
+@dataclass
+class _Pending:
+    identity: bytes
+    request: ObservationRequest
+    received_ns: int
+
+
+@dataclass
+class _Latent:
+    value: object
+    tick: int
+    ages: deque = field(default_factory=lambda: deque(maxlen=1000))
+
+
+class PolicyServer:
+    """Serve `policy` at `config.endpoint`; `start()` returns once it accepts robots."""
+
+    def __init__(self, policy: ChunkPolicy, config: ServerConfig = ServerConfig(), *,
+                 curve: ServerKeys | None = None, version: int = 0) -> None:
+        self.policy = policy
+        self.config = config
+        self.curve = curve
+        self.version = version
+        self.stats = LatencyStats()
+        self.endpoint = config.endpoint
+        self._requests: queue.Queue[_Pending] = queue.Queue()
+        self._replies: queue.Queue[tuple[bytes, object]] = queue.Queue()
+        self._pending_weights: tuple[int, object] | None = None
+        self._latents: dict[str, _Latent] = {}
+        self._newest_obs: dict[str, PolicyObservation] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._startup_error: BaseException | None = None
+        self._max_step = None if config.max_step_rad is None else np.asarray(config.max_step_rad)
+        self._has_slow = hasattr(policy, "encode_slow")
+        self.model_ms = 0.0
+        """Median model time of the warm-up calls, sent to clients in the hello reply."""
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self, timeout_s: float = 30.0) -> None:
+        self._warm_up()
+        self._threads = [threading.Thread(target=self._io_loop, name="robotrl-server-io", daemon=True),
+                         threading.Thread(target=self._model_loop, name="robotrl-server-model", daemon=True)]
+        if self._has_slow:
+            self._threads.append(threading.Thread(target=self._slow_loop, name="robotrl-server-slow", daemon=True))
+        for thread in self._threads:
+            thread.start()
+        if not self._ready.wait(timeout_s) or self._startup_error is not None:
+            self.stop()
+            raise RuntimeError(f"policy server failed to start: {self._startup_error}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        self._threads = []
+
+    def __enter__(self) -> PolicyServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def set_weights(self, version: int, weights: object) -> None:
+        """Queue new weights (passed to `policy.load_weights`); they take effect before
+        the next batch, never inside a chunk."""
+        with self._lock:
+            self._pending_weights = (version, weights)
+
+    def latent_ages(self) -> list[int]:
+        """Latent ages in ticks used for the answered requests (fast/slow policies)."""
+        with self._lock:
+            return [age for latent in self._latents.values() for age in latent.ages]
+
+    # -- threads -------------------------------------------------------------------------
+    def _warm_up(self) -> None:
+        meta = self.policy.metadata
+        obs = PolicyObservation(state_rad=np.zeros(meta.state_dim), tick=0, images={
+            cam: np.zeros((meta.image_size_px, meta.image_size_px, 3), np.uint8) for cam in meta.cameras})
+        times_ms = []
+        for _ in range(self.config.warmup_calls):
+            start = time.perf_counter()
+            self._predict([obs], ["warmup"])
+            times_ms.append((time.perf_counter() - start) * 1000.0)
+        self._latents.clear()
+        # The last warm-up calls tell clients how long a chunk takes (first guess of d).
+        self.model_ms = float(np.median(times_ms[1:] or times_ms)) if times_ms else 0.0
+
+    def _io_loop(self) -> None:
+        info = {"policy": self.policy.metadata.policy_type, "horizon": self.policy.metadata.horizon,
+                "action_dim": self.policy.metadata.action_dim, "version": self.version,
+                "model_ms": self.model_ms, "cameras": list(self.policy.metadata.cameras),
+                "image_size_px": self.policy.metadata.image_size_px}
+        try:
+            server = ServerSocket(self.config.endpoint, curve=self.curve, server_info=info)
+        except BaseException as exc:  # surfaced by start()
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self.endpoint = server.endpoint
+        wake = server.context.socket(zmq.PULL)
+        wake.bind(f"inproc://robotrl-wake-{id(self)}")
+        self._wake_push = server.context.socket(zmq.PUSH)
+        self._wake_push.connect(f"inproc://robotrl-wake-{id(self)}")
+        poller = zmq.Poller()
+        poller.register(server.socket, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(100))
+                if wake in events:
+                    while wake.poll(0):
+                        wake.recv()
+                if server.socket in events:
+                    self._receive(server)
+                self._send_replies(server)
+        finally:
+            wake.close(linger=0)
+            self._wake_push.close(linger=0)
+            server.close()
+
+    def _receive(self, server: ServerSocket) -> None:
+        while server.socket.poll(0, zmq.POLLIN):
+            try:
+                identity, msg = server.recv(timeout_s=0.0)
+            except TransportTimeout:
+                return  # it was a hello or heartbeat, answered already
+            except ProtocolError as exc:
+                log.warning("%s", exc)
+                continue
+            if isinstance(msg, ObservationRequest):
+                self._requests.put(_Pending(identity, msg, time.perf_counter_ns()))
+            else:
+                server.send(identity, ErrorReply(request_id=getattr(msg, "request_id", -1), code="protocol",
+                                                 message=f"a robot may not send {type(msg).__name__}"), 0.0)
+
+    def _send_replies(self, server: ServerSocket) -> None:
+        while True:
+            try:
+                identity, reply = self._replies.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                server.send(identity, reply, timeout_s=0.0)
+            except (PeerLost, TransportTimeout) as exc:
+                log.debug("reply dropped: %s", exc)
+
+    def _model_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self._requests.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            batch = {first.request.robot_id: first}
+            deadline = time.perf_counter() + self.config.batch_wait_ms / 1000.0
+            while len(batch) < self.config.max_batch:
+                try:
+                    more = self._requests.get(timeout=max(0.0, deadline - time.perf_counter()))
+                except queue.Empty:
+                    break
+                batch[more.request.robot_id] = more  # a robot's newest request wins
+            self._apply_pending_weights()
+            self._answer(list(batch.values()))
+
+    def _answer(self, batch: list[_Pending]) -> None:
+        start_ns = time.perf_counter_ns()
+        observations = [self._observation(p.request) for p in batch]
+        try:
+            chunks = self._predict(observations, [p.request.robot_id for p in batch])
+        except Exception as exc:  # the model failed: tell the robots, keep serving
+            log.exception("policy failed")
+            for p in batch:
+                self._reply(p.identity, ErrorReply(request_id=p.request.request_id, code="server", message=str(exc)))
+            return
+        model_ns = time.perf_counter_ns() - start_ns
+        for p, chunk in zip(batch, chunks):
+            queue_ns = start_ns - p.received_ns
+            total_ns = time.perf_counter_ns() - p.received_ns
+            self.stats.add(queue_ns=queue_ns, model_ns=model_ns, total_ns=total_ns)
+            self._reply(p.identity, ChunkReply(
+                request_id=p.request.request_id, start_tick=chunk.start_tick,
+                actions=np.asarray(chunk.actions_rad, dtype=np.float32), version=self.version,
+                timings_ns={"queue": queue_ns, "model": model_ns, "total": total_ns}))
+
+    def _reply(self, identity: bytes, reply: object) -> None:
+        self._replies.put((identity, reply))
+        try:
+            self._wake_push.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the I/O loop polls every 100 ms anyway
+
+    def _observation(self, req: ObservationRequest) -> PolicyObservation:
+        """The policy's view of a request: the state forwarded to the chunk's first tick."""
+        s_hat = forward_state(np.asarray(req.state, dtype=np.float64), np.asarray(req.in_flight, dtype=np.float64),
+                              req.delay_ticks, max_step_rad=self._max_step)
+        prefix = np.asarray(req.in_flight, dtype=np.float64) if len(req.in_flight) else None
+        obs = PolicyObservation(state_rad=s_hat, tick=req.tick, instruction=req.instruction,
+                                images=dict(req.images), delay_ticks=req.delay_ticks, prefix_rad=prefix,
+                                env_state=req.env_state)
+        if self._has_slow and obs.images:
+            with self._lock:
+                self._newest_obs[req.robot_id] = obs
+        return obs
+
+    def _predict(self, observations: list[PolicyObservation], robot_ids: list[str]) -> list[ActionChunk]:
+        if not self._has_slow:
+            if hasattr(self.policy, "predict_chunks"):
+                return self.policy.predict_chunks(observations)
+            return [self.policy.predict_chunk(obs) for obs in observations]
+        chunks = []
+        for obs, robot_id in zip(observations, robot_ids):
+            with self._lock:
+                latent = self._latents.get(robot_id)
+            if latent is None:  # first request of this robot: compute the slow pathway now
+                latent = _Latent(self.policy.encode_slow(obs), obs.tick)
+                with self._lock:
+                    self._latents[robot_id] = latent
+            age = max(0, obs.tick - latent.tick)
+            latent.ages.append(age)
+            chunks.append(self.policy.predict_chunk(obs, latent=latent.value, latent_age_ticks=age))
+        return chunks
+
+    def _slow_loop(self) -> None:
+        period_s = 1.0 / self.config.slow_rate_hz
+        while not self._stop.wait(period_s):
+            with self._lock:
+                newest = dict(self._newest_obs)
+                self._newest_obs.clear()
+            for robot_id, obs in newest.items():
+                value = self.policy.encode_slow(obs)
+                with self._lock:
+                    previous = self._latents.get(robot_id)
+                    self._latents[robot_id] = _Latent(value, obs.tick, previous.ages if previous else deque(maxlen=1000))
+
+    def _apply_pending_weights(self) -> None:
+        with self._lock:
+            pending, self._pending_weights = self._pending_weights, None
+        if pending is not None:
+            version, weights = pending
+            self.policy.load_weights(weights)
+            self.version = version
+            log.info("weights version %d in service", version)

@@ -1,0 +1,208 @@
+"""ZMQ transport: one ROUTER server (`ServerSocket`, here), many DEALER clients
+(`robotrl.wire.client.ClientSocket`, one per robot), carrying frames from `codec`.
+
+Every wait is bounded (a dead peer never hangs a loop), sockets close with LINGER=0.
+Protocol on a connection: the client sends `Hello` first and the server answers
+`HelloReply` (refusing another protocol version, with both versions named on both
+sides); afterwards the client sends requests and the server replies to its identity.
+An idle client sends `Heartbeat` every `heartbeat_s` and the server answers
+`HeartbeatAck`; after `missed_heartbeats` unanswered ones the client raises `PeerLost`
+and, on its next `poll()`, recreates its socket and says hello again. The server
+answers requests and heartbeats from identities that never said hello (it restarted)
+with `ErrorReply(code="hello_required")`, on which clients say hello again by themselves.
+
+With CURVE (`keys.ServerKeys` / `keys.ClientKeys`) traffic is encrypted and the server
+only talks to clients whose public key is in its allowed-clients folder; any other
+client never gets an answer (its requests time out).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import zmq
+import zmq.auth.thread
+
+from robotrl.wire import codec
+from robotrl.wire.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WireError
+from robotrl.wire.keys import ServerKeys, load_keypair
+from robotrl.wire.messages import (PROTOCOL_VERSION, ErrorReply, Heartbeat, HeartbeatAck, Hello,
+                                   HelloReply, Message)
+
+log = logging.getLogger(__name__)
+
+_SEND_RETRY_S = 0.0005
+
+
+class ServerSocket:
+    """ROUTER socket bound at `endpoint` (e.g. "tcp://127.0.0.1:5555", "tcp://127.0.0.1:*"
+    for a free port, "ipc:///tmp/x"). Answers hellos and heartbeats by itself; `recv`
+    returns the other messages with the identity to `send` the reply to.
+
+    Call `recv` at least every `heartbeat_s` of the clients (run the socket in its own
+    thread when the model is slower), or they declare the server lost. Use it from one
+    thread only (ZMQ sockets are not thread-safe). Timing of the last call for latency
+    reports: `last_decode_ns` (recv), `last_encode_ns` (send).
+    """
+
+    def __init__(self, endpoint: str, *, curve: ServerKeys | None = None,
+                 server_info: dict[str, Any] | None = None, peer_expiry_s: float = 60.0) -> None:
+        self.server_info = dict(server_info or {})
+        self.peer_expiry_s = peer_expiry_s
+        self.peers: dict[bytes, Hello] = {}
+        """Identity -> the `Hello` of every client that said hello (and was seen lately)."""
+        self._last_seen_s: dict[bytes, float] = {}
+        self.last_decode_ns = self.last_encode_ns = 0
+        self._ctx = zmq.Context()
+        self._auth: zmq.auth.thread.ThreadAuthenticator | None = None
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            if curve is not None:
+                self._start_curve(curve)
+            self._bind(endpoint)
+        except BaseException:
+            self.close()
+            raise
+        self.endpoint: str = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        """The bound endpoint, with the real port when `endpoint` asked for `*`."""
+
+    def _bind(self, endpoint: str) -> None:
+        try:
+            self._sock.bind(endpoint)
+        except zmq.ZMQError as exc:
+            raise WireError(f"cannot bind {endpoint}: {exc} (another server there? pick another port)") from None
+
+    def _start_curve(self, curve: ServerKeys) -> None:
+        public, secret = load_keypair(curve.secret_file)
+        if not curve.allowed_clients_dir.is_dir():
+            raise FileNotFoundError(f"allowed-clients folder {curve.allowed_clients_dir} not found: "
+                                    "create it and copy the clients' public .key files into it")
+        self._auth = zmq.auth.thread.ThreadAuthenticator(self._ctx, log=log)
+        self._auth.start()
+        self._auth.configure_curve(domain="*", location=str(curve.allowed_clients_dir))
+        self._sock.curve_server = True
+        self._sock.curve_publickey, self._sock.curve_secretkey = public, secret
+
+    @property
+    def socket(self) -> zmq.Socket:
+        """The ROUTER socket, to register with a `zmq.Poller` beside other sockets (read
+        it with `recv`, never directly)."""
+        return self._sock
+
+    @property
+    def context(self) -> zmq.Context:
+        """The socket's context, for inproc sockets that wake the same poller."""
+        return self._ctx
+
+    def recv(self, timeout_s: float) -> tuple[bytes, Message]:
+        """The next request as (client identity, message).
+
+        Raises `TransportTimeout` when none arrives within `timeout_s`, and
+        `ProtocolError` (with `.identity`) when a client sent something invalid; that
+        client has already been told, so log it and keep serving.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining_s = deadline - time.monotonic()
+            if not self._sock.poll(_ms(remaining_s), zmq.POLLIN):
+                if remaining_s > 0:
+                    continue  # woke up early: poll counts whole milliseconds
+                raise TransportTimeout(f"no request within {timeout_s:.3g} s on {self.endpoint}")
+            identity, *frames = self._sock.recv_multipart(copy=False)
+            msg = self._handle(identity.bytes, frames)
+            if msg is not None:
+                return identity.bytes, msg
+
+    def send(self, identity: bytes, msg: Message, timeout_s: float = 1.0) -> None:
+        """Send `msg` to the client `identity`. Raises `PeerLost` if that client is gone
+        and `TransportTimeout` if its queue stays full for `timeout_s`."""
+        t0 = time.perf_counter_ns()
+        frames = codec.encode(msg)
+        self.last_encode_ns = time.perf_counter_ns() - t0
+        send_frames(self._sock, [identity, *frames], timeout_s, self.endpoint, identity)
+
+    def close(self) -> None:
+        """Close the socket (pending messages are dropped) and stop the authenticator."""
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        self._sock.close(linger=0)
+        self._ctx.term()
+
+    def __enter__(self) -> ServerSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _handle(self, identity: bytes, frames: list[zmq.Frame]) -> Message | None:
+        """Decode; answer hellos and heartbeats here; return any other message."""
+        t0 = time.perf_counter_ns()
+        try:
+            msg = codec.decode([f.buffer for f in frames])
+        except VersionMismatch as exc:
+            self._reply(identity, HelloReply(ok=False, protocol_version=PROTOCOL_VERSION, error=str(exc)))
+            raise VersionMismatch(exc.local_version, exc.remote_version, identity) from None
+        except ProtocolError as exc:
+            self._reply(identity, ErrorReply(request_id=-1, code="protocol", message=str(exc)))
+            raise ProtocolError(f"client {identity.hex()} sent an invalid message: {exc}", identity) from None
+        self.last_decode_ns = time.perf_counter_ns() - t0
+        self._last_seen_s[identity] = time.monotonic()
+        if isinstance(msg, Hello):
+            log.debug("client %s (%s %r) said hello", identity.hex(), msg.role, msg.robot_id)
+            self._expire_peers()
+            self.peers[identity] = msg
+            self._reply(identity, HelloReply(ok=True, protocol_version=PROTOCOL_VERSION,
+                                             server_info=self.server_info))
+        elif identity not in self.peers:
+            self._reply(identity, ErrorReply(request_id=getattr(msg, "request_id", -1), code="hello_required",
+                                             message="say hello first (the server restarted?)"))
+        elif isinstance(msg, Heartbeat):
+            self._reply(identity, HeartbeatAck(sent_time_ns=msg.sent_time_ns))
+        else:
+            return msg
+        return None
+
+    def _reply(self, identity: bytes, msg: Message) -> None:
+        try:
+            self.send(identity, msg, timeout_s=0.0)
+        except (PeerLost, TransportTimeout) as exc:
+            log.debug("could not answer client %s: %s", identity.hex(), exc)
+
+    def _expire_peers(self) -> None:
+        """Forget clients not seen for `peer_expiry_s` (each reconnect leaves an old
+        identity behind; run at each hello, the only time the table grows)."""
+        cutoff = time.monotonic() - self.peer_expiry_s
+        for identity in [i for i, seen in self._last_seen_s.items() if seen < cutoff]:
+            del self._last_seen_s[identity]
+            self.peers.pop(identity, None)
+
+
+def _ms(seconds: float) -> int:
+    """A poll timeout in whole milliseconds, never shorter than `seconds` (0 if past)."""
+    return max(0, math.ceil(seconds * 1000))
+
+
+def send_frames(sock: zmq.Socket, frames: list, timeout_s: float, endpoint: str, identity: bytes | None = None) -> None:
+    """Send `frames` as one message without blocking past `timeout_s` (large frames
+    are not copied)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            return
+        except zmq.Again:
+            if time.monotonic() >= deadline:
+                raise TransportTimeout(f"could not send on {endpoint} within {timeout_s:.3g} s: "
+                                       "the peer is not reading (or not connected)") from None
+            time.sleep(_SEND_RETRY_S)
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                raise PeerLost(f"client {identity.hex() if identity else '?'} is not connected to "
+                               f"{endpoint} any more") from None
+            raise
