@@ -235,7 +235,7 @@ class PolicyServer:
         for p, chunk in zip(batch, chunks):
             queue_ns = start_ns - p.received_ns
             total_ns = time.perf_counter_ns() - p.received_ns
-            self.stats.add(queue_ns=queue_ns, model_ns=model_ns, total_ns=total_ns)
+            self.stats.add(queue=queue_ns, model=model_ns, total=total_ns)
             self._reply(p.identity, ChunkReply(
                 request_id=p.request.request_id, start_tick=chunk.start_tick,
                 actions=np.asarray(chunk.actions_rad, dtype=np.float32), version=self.version,

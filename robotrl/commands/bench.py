@@ -11,17 +11,21 @@ BENCHES = {
     "record": "recording frames/s vs camera fps (paced and unpaced), dropped frames, save time",
     "transport": "inference round trip on loopback (state + 2 images -> 50x6 chunk): robotrl ZMQ vs lerobot gRPC",
     "policy": "success rate (Wilson 95%) of a chunk policy checkpoint in stepped sim, synchronous chunk execution",
+    "serve": "chunks/s one inference server delivers to 1, 4 and 8 robots (closed loop, loopback)",
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=sorted(BENCHES), help="; ".join(f"{k}: {v}" for k, v in BENCHES.items()))
+    parser.add_argument("name", choices=sorted(BENCHES),
+                        help="; ".join(f"{k}: {v}" for k, v in BENCHES.items()).replace("%", "%%"))
     parser.add_argument("--out", type=Path, default=Path("outputs/bench"), help="folder for results (default: outputs/bench)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="sim: repetitions, medians reported; record: episodes per mode; "
-                             "transport: rounds of 2000 requests per variant, pooled (default: 5)")
+                             "transport: rounds of 2000 requests per variant, pooled; "
+                             "serve: seconds per robot count (default: 5)")
     parser.add_argument("--arm", default="so101", help="simulated arm model (default: so101)")
-    parser.add_argument("--policy", type=Path, help="policy: checkpoint folder (robotrl train output or lerobot pretrained_model)")
+    parser.add_argument("--policy", type=Path,
+                        help="policy, serve: checkpoint folder (robotrl train output or lerobot pretrained_model)")
     parser.add_argument("--task", choices=("reach", "pick_place"), default="reach", help="policy: simulated task (default: reach)")
     parser.add_argument("--episodes", type=int, default=50, help="policy: episodes, one seed each (default: 50)")
     parser.add_argument("--scenario", default="nominal", help="policy: nominal or shifted physics (default: nominal)")
@@ -98,5 +102,20 @@ def _bench_policy(args: argparse.Namespace) -> dict:
     return results
 
 
+def _bench_serve(args: argparse.Namespace) -> dict:
+    from robotrl.bench import serve
+    from robotrl.errors import UserError
+    from robotrl.policies.loading import load_policy
+    from robotrl.report.table import format_table
+
+    if args.policy is None:
+        raise UserError("bench serve needs --policy CHECKPOINT")
+    rows = serve.run(load_policy(args.policy), seconds=float(args.repeats))
+    print(format_table(tuple(rows[0]), [tuple(r.values()) for r in rows]))
+    ok = rows[-1]["speedup_vs_1"] >= 4.0
+    print(f"target (8 robots >= 4x the chunks/s of 1): {'met' if ok else 'MISSED'} ({rows[-1]['speedup_vs_1']:.2f}x)")
+    return {"checkpoint": str(args.policy), "rows": rows}
+
+
 _BENCH_RUNNERS = {"sim": _bench_sim, "record": _bench_record, "transport": _bench_transport,
-                  "policy": _bench_policy}
+                  "policy": _bench_policy, "serve": _bench_serve}

@@ -2,7 +2,10 @@
 no hardware, no network). Each stage builds on the one before:
 
 1. scripted-expert rollouts of every task through the full safety layer;
-2. recording an expert dataset (LeRobotDataset v3) of `pick_place`.
+2. recording an expert dataset (LeRobotDataset v3) of the `reach` task;
+3. training a fast/slow flow-matching chunk policy on it (a few CPU minutes);
+4. deploying that policy asynchronously (local inference server, VLASH execution) to the
+   shifted-physics scenario at 30 Hz on the wall clock.
 """
 
 from __future__ import annotations
@@ -11,22 +14,40 @@ import argparse
 import shutil
 from pathlib import Path
 
+STAGES = 4
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/demo"),
                         help="folder for the demo's files, replaced on every run (default: outputs/demo)")
     parser.add_argument("--episodes", type=int, default=4, help="stage 1: expert episodes per task (default: 4)")
-    parser.add_argument("--record-episodes", type=int, default=10,
-                        help="stage 2: pick_place episodes recorded into the dataset (default: 10)")
-    parser.add_argument("--image-size", type=int, default=96, help="stage 2: camera size in pixels (default: 96)")
+    parser.add_argument("--record-episodes", type=int, default=40,
+                        help="stage 2: reach episodes recorded into the dataset (default: 40)")
+    parser.add_argument("--image-size", type=int, default=64, help="stages 2-4: camera size in pixels (default: 64)")
+    parser.add_argument("--train-minutes", type=float, default=4.0, help="stage 3: training time budget (default: 4)")
+    parser.add_argument("--deploy-episodes", type=int, default=5, help="stage 4: deployed episodes (default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
 
 
 def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stage_rollouts(args)
-    stage_record(args)
+    dataset = stage_record(args)
+    policy = stage_train(args, dataset)
+    stage_deploy(args, policy)
     return 0
+
+
+def _banner(stage: int, text: str) -> None:
+    print(f"\n== stage {stage}/{STAGES}: {text}", flush=True)
+
+
+def _cli(argv: list[str]) -> None:
+    from robotrl.cli import main as cli_main
+
+    rc = cli_main(argv)
+    if rc != 0:
+        raise SystemExit(rc)
 
 
 def stage_rollouts(args: argparse.Namespace) -> None:
@@ -39,7 +60,7 @@ def stage_rollouts(args: argparse.Namespace) -> None:
     from robotrl.sim.tasks import TASKS
     from robotrl.sim.video import FrameSink
 
-    print("stage 1/2: scripted expert rollouts on the simulated SO-101 (SafeRobot, MuJoCo)")
+    _banner(1, "scripted expert rollouts on the simulated SO-101 (SafeRobot, MuJoCo)")
     frames_dir = args.out / "frames"
     rows = []
     for task in TASKS:
@@ -60,15 +81,27 @@ def stage_rollouts(args: argparse.Namespace) -> None:
     print(f"last camera frame of each episode: {frames_dir}/")
 
 
-def stage_record(args: argparse.Namespace) -> None:
-    from robotrl.cli import main as cli_main
-
-    print(f"\nstage 2/2: recording {args.record_episodes} expert pick_place episodes into a LeRobot dataset")
+def stage_record(args: argparse.Namespace) -> Path:
+    _banner(2, f"recording {args.record_episodes} expert reach episodes into a LeRobot dataset")
     root = args.out / "dataset"
     shutil.rmtree(root, ignore_errors=True)
-    rc = cli_main(["record", "--robot", "sim", "--task", "pick_place", "--teleop", "expert",
-                   "--episodes", str(args.record_episodes), "--root", str(root),
-                   "--image-size", str(args.image_size), "--seed", str(args.seed)])
-    if rc != 0:
-        raise SystemExit(rc)
-    print(f"dataset: {root} (load it with lerobot's LeRobotDataset('local/dataset', root='{root}'))")
+    _cli(["record", "--robot", "sim", "--task", "reach", "--teleop", "expert", "--episodes",
+          str(args.record_episodes), "--root", str(root), "--image-size", str(args.image_size),
+          "--seed", str(args.seed)])
+    print(f"dataset: {root} (lerobot: LeRobotDataset('local/dataset', root='{root}'))")
+    return root
+
+
+def stage_train(args: argparse.Namespace, dataset: Path) -> Path:
+    _banner(3, f"training the fast/slow flow-matching policy ({args.train_minutes:g} min budget, CPU)")
+    out = args.out / "policy"
+    shutil.rmtree(out, ignore_errors=True)
+    _cli(["train", "--dataset", str(dataset), "--out", str(out), "--minutes", str(args.train_minutes),
+          "--image-size", str(args.image_size), "--task", "reach", "--eval-episodes", "10"])
+    return out
+
+
+def stage_deploy(args: argparse.Namespace, policy: Path) -> None:
+    _banner(4, "asynchronous deploy (local inference server, VLASH) to the shifted scenario at 30 Hz")
+    _cli(["deploy", "--robot", "sim", "--task", "reach", "--policy", str(policy), "--scenario", "shifted",
+          "--mode", "vlash", "--episodes", str(args.deploy_episodes), "--seed", str(args.seed + 1000)])

@@ -37,6 +37,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mode not in MODES:
         raise UserError(f"unknown mode {args.mode!r}; choose from {', '.join(MODES)}")
+    if args.robot != "sim":
+        if args.robot not in ("so101", "so100"):
+            raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
+        if not args.port:
+            raise UserError(f"--robot {args.robot} needs --port (see `robotrl devices`)")
     server_proc, endpoint = _server(args)
     client = ClientSocket(endpoint, robot_id=f"{args.robot}-{args.robot_id}", curve=_curve(args.curve_keys))
     try:
@@ -97,10 +102,6 @@ def _session(args: argparse.Namespace, info: dict):
         size = int(info.get("image_size_px") or 0)
         cameras = tuple(CameraSpec(name, size, size) for name in info.get("cameras", ()))
         return TaskEnv(args.task, args.scenario, cameras=cameras, clock=WallClock())
-    if args.robot not in ("so101", "so100"):
-        raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
-    if not args.port:
-        raise UserError(f"--robot {args.robot} needs --port (see `robotrl devices`)")
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
     from robotrl.hardware.safety import SafeRobot
     from robotrl.record.session import RobotSession

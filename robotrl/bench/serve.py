@@ -1,0 +1,64 @@
+"""`robotrl bench serve`: chunks per second one `PolicyServer` delivers to 1, 4 and 8
+robots on loopback (target: 8 robots get >= 4x the throughput of 1).
+
+Each simulated robot keeps one request in flight (closed loop, as the executor does) with
+its state and camera images; all robots are driven from one thread that polls their
+sockets, so the clients cost little CPU next to the server.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from robotrl.inference.server import PolicyServer, ServerConfig
+from robotrl.policies.base import ChunkPolicy
+from robotrl.wire.client import ClientSocket
+from robotrl.wire.messages import ChunkReply, ObservationRequest
+
+
+def _request(policy: ChunkPolicy, robot: int, request_id: int, rng: np.random.Generator) -> ObservationRequest:
+    meta = policy.metadata
+    size = meta.image_size_px
+    images = {cam: rng.integers(0, 255, (size, size, 3), dtype=np.uint8) for cam in meta.cameras}
+    return ObservationRequest(robot_id=f"robot{robot}", request_id=request_id, tick=request_id,
+                              state=rng.normal(0.0, 0.3, meta.state_dim), in_flight=np.zeros((0, meta.action_dim)),
+                              images=images, instruction="put the red cube in the bin", delay_ticks=2)
+
+
+def throughput(policy: ChunkPolicy, robots: int, seconds: float, batch_wait_ms: float = 2.0) -> dict:
+    """Chunks per second delivered to `robots` closed-loop clients for `seconds`."""
+    rng = np.random.default_rng(robots)
+    with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", batch_wait_ms=batch_wait_ms)) as server:
+        clients = [ClientSocket(server.endpoint, robot_id=f"robot{i}") for i in range(robots)]
+        try:
+            for c in clients:
+                c.connect(timeout_s=10.0)
+            next_id = [1] * robots
+            for i, c in enumerate(clients):
+                c.send(_request(policy, i, next_id[i], rng))
+            done = 0
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                for i, c in enumerate(clients):
+                    reply = c.poll(0.0)
+                    if isinstance(reply, ChunkReply):
+                        done += 1
+                        next_id[i] += 1
+                        c.send(_request(policy, i, next_id[i], rng))
+                time.sleep(0.0002)
+            elapsed = time.perf_counter() - start
+        finally:
+            for c in clients:
+                c.close()
+        model = server.stats.percentiles_ms("model")
+    return {"robots": robots, "chunks_per_s": done / elapsed, "model_ms_p50": model.get("p50", 0.0)}
+
+
+def run(policy: ChunkPolicy, seconds: float = 5.0, robot_counts: tuple[int, ...] = (1, 4, 8)) -> list[dict]:
+    rows = [throughput(policy, n, seconds) for n in robot_counts]
+    base = rows[0]["chunks_per_s"]
+    for row in rows:
+        row["speedup_vs_1"] = row["chunks_per_s"] / base if base else 0.0
+    return rows

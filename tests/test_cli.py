@@ -1,0 +1,76 @@
+"""CLI smoke tests: `main([...])` in-process with tiny budgets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from robotrl.cli import main
+
+
+def test_help_is_fast_and_lists_every_command():
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "robotrl.cli", "--help"], capture_output=True, text=True, check=True)
+    assert time.perf_counter() - start < 5.0  # lazy imports: no torch, mujoco or lerobot
+    for command in ("devices", "sim", "record", "train", "serve", "deploy", "bench", "keys", "demo"):
+        assert command in out.stdout
+
+
+@pytest.mark.parametrize("command", ["sim", "record", "train", "serve", "deploy", "bench", "keys", "demo", "devices"])
+def test_every_option_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    options = [line for line in text.splitlines() if line.strip().startswith("--")]
+    assert options, text
+    for line in options:  # "--flag VALUE   help text" or the help on the next line
+        assert len(line.split()) >= 2 or line.strip().endswith("]"), f"{command}: {line!r} has no help"
+
+
+def test_sim_expert_runs_and_reports(capsys):
+    assert main(["sim", "--task", "reach", "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "success 2/2" in out
+
+
+def test_sim_writes_video_and_png(tmp_path):
+    video, pngs = tmp_path / "run.mp4", tmp_path / "png"
+    assert main(["sim", "--task", "reach", "--episodes", "1", "--image-size", "48",
+                 "--video", str(video), "--png", str(pngs)]) == 0
+    assert video.stat().st_size > 1000
+    png = next(pngs.glob("*.png"))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sim", "--task", "juggle"], "unknown task 'juggle'"),
+    (["sim", "--policy", "oracle"], "unknown policy 'oracle'"),
+    (["sim", "--arm", "ur5"], "unknown robot model 'ur5'"),
+    (["deploy", "--task", "reach"], "give --policy CKPT"),
+    (["deploy", "--policy", "/nonexistent/ckpt"], "does not exist"),
+    (["deploy", "--robot", "so101", "--server", "tcp://127.0.0.1:1"], "needs --port"),
+    (["deploy", "--mode", "telepathic", "--server", "tcp://127.0.0.1:1"], "unknown mode"),
+    (["record", "--robot", "so101", "--root", "/tmp/never-created-robotrl"], "needs --port"),
+])
+def test_bad_input_is_one_clear_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_deploy_to_a_missing_server_times_out_clearly(capsys):
+    # nothing listens on port 1: the client gives up after its connect timeout
+    assert main(["deploy", "--server", "tcp://127.0.0.1:1", "--task", "reach"]) == 2
+    assert "no hello from a server" in capsys.readouterr().err
+
+
+def test_bench_sim_writes_results(tmp_path, capsys):
+    assert main(["bench", "sim", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "sim" / "results.json").read_text())
+    assert results["raw_mj_step_per_s"] > 1000 and results["control_steps_per_s"] > 100
+    assert results["render_fps_224"] > 1
