@@ -13,7 +13,8 @@ Modes (ALGORITHMS.md section 1):
   keyed from the observation tick, overlapping rows blend 0.3 old + 0.7 new.
 - "vlash": the state is forwarded over the in-flight queued rows to the tick the chunk
   starts (t + d); the chunk replaces the queue from that tick.
-- "vlash+rtc": as "vlash", and the in-flight rows go along as `prefix_rad` (RTC guidance).
+- "vlash+rtc": as "vlash", and the queued rows for the new chunk's own ticks (t + d on,
+  the plan it replaces) go along as `prefix_rad`: the policy is guided toward them (RTC).
 """
 
 from __future__ import annotations
@@ -237,8 +238,9 @@ class Executor:
             obs.state_rad = forward_state(start, in_flight.reshape(-1, len(start)), d,
                                           max_step_rad=self.max_step_rad)
             obs.delay_ticks = d
-            if self.mode == "vlash+rtc" and len(in_flight):
-                obs.prefix_rad = in_flight
+            if self.mode == "vlash+rtc":  # the current plan for the new chunk's own ticks
+                tail = [self._queue[t] for t in sorted(self._queue) if t >= now + d]
+                obs.prefix_rad = np.array(tail) if tail else None
         try:
             self.source.request(obs)
         except self.lost_errors as exc:

@@ -47,7 +47,10 @@ class PolicyObservation:
     delay_ticks: int = 0
     """d: ticks between capture and the chunk's first executed row."""
     prefix_rad: np.ndarray | None = None
-    """(P, A) rows already committed for the chunk's first ticks (RTC guidance), or None."""
+    """(P, A) the robot's current plan for the chunk's own ticks `tick + delay_ticks` ..
+    (the rows the new chunk replaces), or None. The state is already forwarded to the
+    chunk's first tick, so no row is frozen: RTC guides the new chunk toward this plan
+    with weights decaying over the chunk, for continuity at the boundary."""
 
 
 @dataclass

@@ -98,7 +98,7 @@ def test_vlash_reaches_the_target_at_delay_4(env):
     assert sum(e.success for e in episodes) >= 9
 
 
-def test_vlash_rtc_sends_the_rows_that_run_before_the_chunk(env):
+def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
     seen: list[PolicyObservation] = []
 
     class Recording(ExpertChunkPolicy):
@@ -113,11 +113,15 @@ def test_vlash_rtc_sends_the_rows_that_run_before_the_chunk(env):
     executor.run(40)
     later = [obs for obs in seen if obs.prefix_rad is not None]
     assert later and seen[0].prefix_rad is None  # nothing queued before the first chunk
-    requested = np.stack([r.requested_rad for r in executor.trace])
     for obs in later:
-        assert obs.delay_ticks == 4 and obs.prefix_rad.shape == (4, env.spec.num_joints)
-        np.testing.assert_allclose(obs.prefix_rad, requested[obs.tick:obs.tick + 4])
-        np.testing.assert_allclose(obs.state_rad, obs.prefix_rad[-1])  # s_hat = a_(t+d-1)
+        start = obs.tick + obs.delay_ticks  # the new chunk's first tick
+        # the chunk in service then: the last one received before the request
+        previous = [r for r in executor.received if r.arrival_tick <= obs.tick][-1].chunk
+        rows = previous.actions_rad[start - previous.start_tick:]
+        assert obs.delay_ticks == 4 and len(obs.prefix_rad) == len(rows) > 0
+        np.testing.assert_allclose(obs.prefix_rad, rows)
+        # s_hat = a_(t+d-1): the previous plan's row just before the new chunk
+        np.testing.assert_allclose(obs.state_rad, previous.actions_rad[start - 1 - previous.start_tick])
 
 
 class SourceDown(ConnectionError):
