@@ -133,8 +133,10 @@ class PolicyServer:
     # -- threads -------------------------------------------------------------------------
     def _warm_up(self) -> None:
         meta = self.policy.metadata
-        obs = PolicyObservation(state_rad=np.zeros(meta.state_dim), tick=0, images={
-            cam: np.zeros((meta.image_size_px, meta.image_size_px, 3), np.uint8) for cam in meta.cameras})
+        obs = PolicyObservation(
+            state_rad=np.zeros(meta.state_dim), tick=0,
+            images={cam: np.zeros((meta.image_size_px, meta.image_size_px, 3), np.uint8) for cam in meta.cameras},
+            env_state=np.zeros(meta.env_state_dim, np.float32) if meta.env_state_dim else None)
         times_ms = []
         for _ in range(self.config.warmup_calls):
             start = time.perf_counter()
@@ -148,7 +150,8 @@ class PolicyServer:
         info = {"policy": self.policy.metadata.policy_type, "horizon": self.policy.metadata.horizon,
                 "action_dim": self.policy.metadata.action_dim, "version": self.version,
                 "model_ms": self.model_ms, "cameras": list(self.policy.metadata.cameras),
-                "image_size_px": self.policy.metadata.image_size_px}
+                "image_size_px": self.policy.metadata.image_size_px,
+                "env_state_dim": self.policy.metadata.env_state_dim}
         try:
             server = ServerSocket(self.config.endpoint, curve=self.curve, server_info=info)
         except BaseException as exc:  # surfaced by start()

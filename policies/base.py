@@ -30,6 +30,8 @@ class PolicyMetadata:
     """Square image size the policy expects (0: no images)."""
     normalization_id: str = ""
     """Hash of the normalisation statistics baked into the checkpoint."""
+    env_state_dim: int = 0
+    """Length of the privileged `env_state` the policy reads (0: none; sim only)."""
 
 
 @dataclass

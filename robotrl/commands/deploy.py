@@ -45,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
     server_proc, endpoint = _server(args)
     client = ClientSocket(endpoint, robot_id=f"{args.robot}-{args.robot_id}", curve=_curve(args.curve_keys))
     try:
-        info = client.connect(timeout_s=120.0 if server_proc else 10.0)
+        info = _connect(client, server_proc)
+        if info.get("env_state_dim") and args.robot != "sim":
+            raise UserError("this policy reads privileged simulation state (trained with --env-state); "
+                            "it cannot drive a real arm")
         session = _session(args, info)
         rows, episodes = [], []
         try:
@@ -70,6 +73,24 @@ def run(args: argparse.Namespace) -> int:
     if delays:
         print(f"inference delay (ticks): p50 {delays['p50']:g}  p95 {delays['p95']:g}  max {delays['max']:g}")
     return 0
+
+
+def _connect(client, server_proc: subprocess.Popen | None) -> dict:
+    """Wait for the server's hello; a local server gets 2 minutes to load its policy,
+    and its death ends the wait at once."""
+    from robotrl.wire.errors import TransportTimeout
+
+    if server_proc is None:
+        return client.connect(timeout_s=10.0)
+    for _ in range(120):
+        if server_proc.poll() is not None:
+            raise UserError(f"the local inference server exited (code {server_proc.returncode}); "
+                            "run `robotrl serve --policy ...` on its own to see why")
+        try:
+            return client.connect(timeout_s=1.0)
+        except TransportTimeout:
+            continue
+    raise UserError("the local inference server did not answer within 2 minutes")
 
 
 def _free_port() -> int:
