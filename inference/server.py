@@ -269,7 +269,7 @@ class PolicyServer:
             if hasattr(self.policy, "predict_chunks"):
                 return self.policy.predict_chunks(observations)
             return [self.policy.predict_chunk(obs) for obs in observations]
-        chunks = []
+        latents, ages = [], []
         for obs, robot_id in zip(observations, robot_ids):
             with self._lock:
                 latent = self._latents.get(robot_id)
@@ -279,8 +279,12 @@ class PolicyServer:
                     self._latents[robot_id] = latent
             age = max(0, obs.tick - latent.tick)
             latent.ages.append(age)
-            chunks.append(self.policy.predict_chunk(obs, latent=latent.value, latent_age_ticks=age))
-        return chunks
+            latents.append(latent.value)
+            ages.append(age)
+        if hasattr(self.policy, "predict_chunks"):
+            return self.policy.predict_chunks(observations, latents, ages)
+        return [self.policy.predict_chunk(obs, latent=latent, latent_age_ticks=age)
+                for obs, latent, age in zip(observations, latents, ages)]
 
     def _slow_loop(self) -> None:
         period_s = 1.0 / self.config.slow_rate_hz

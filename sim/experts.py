@@ -50,6 +50,13 @@ class CartesianMover:
         self._q = np.array(q_rad, dtype=np.float64)
         self._ref = self.kin.ee_position(self._q)
 
+    def reanchor_joints(self, q_rad: np.ndarray) -> None:
+        """Go on from joint state `q_rad` (the IK seed and where the per-tick joint step
+        limit starts) with the reference point where it is (the plan carries over). Before
+        the first `reset` there is no plan yet: nothing changes."""
+        if self._ref is not None:
+            self._q = np.array(q_rad, dtype=np.float64)
+
     def jaw_yaw(self, q_rad: np.ndarray) -> float:
         """World yaw of the jaw closing axis (the end-effector frame's x axis)."""
         rot = self.kin.forward(q_rad)[1]

@@ -12,6 +12,10 @@ BENCHES = {
     "transport": "inference round trip on loopback (state + 2 images -> 50x6 chunk): robotrl ZMQ vs lerobot gRPC",
     "policy": "success rate (Wilson 95%) of a chunk policy checkpoint in stepped sim, synchronous chunk execution",
     "serve": "chunks/s one inference server delivers to 1, 4 and 8 robots (closed loop, loopback)",
+    "latency": "sync / naive / vlash / vlash+rtc / ACT ensembling under injected inference delay (stepped sim): "
+               "success, speedup, reaction time, staleness, boundary jumps; report.md + plots",
+    "sim2sim": "scenario A -> A vs A -> B per perturbation (physics, sensing, latency, control jitter), stepped "
+               "and real time through the deploy path; report.md + plots",
 }
 
 
@@ -25,12 +29,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "serve: seconds per robot count (default: 5)")
     parser.add_argument("--arm", default="so101", help="simulated arm model (default: so101)")
     parser.add_argument("--policy", type=Path,
-                        help="policy, serve: checkpoint folder (robotrl train output or lerobot pretrained_model)")
-    parser.add_argument("--task", choices=("reach", "pick_place"), default="reach", help="policy: simulated task (default: reach)")
-    parser.add_argument("--episodes", type=int, default=50, help="policy: episodes, one seed each (default: 50)")
+                        help="policy, serve: checkpoint folder (robotrl train output or lerobot pretrained_model); "
+                             "latency, sim2sim: the same, default the task's scripted expert")
+    parser.add_argument("--task", choices=("reach", "pick_place"), default="reach", help="policy, latency, sim2sim: simulated task (default: reach)")
+    parser.add_argument("--episodes", type=int, default=50, help="policy, latency, sim2sim: episodes (seeds) per cell (default: 50)")
     parser.add_argument("--scenario", default="nominal", help="policy: nominal or shifted physics (default: nominal)")
-    parser.add_argument("--execute-steps", type=int, help="policy: rows executed per chunk (default: the checkpoint's)")
+    parser.add_argument("--execute-steps", type=int,
+                        help="policy: rows executed per chunk (default: the checkpoint's); latency, sim2sim: s, rows "
+                             "per chunk in sync mode and the time model (default: 15, 0.5 s at 30 Hz)")
     parser.add_argument("--slow-every", type=int, default=1, help="policy: chunks per slow-latent refresh (default: 1)")
+    parser.add_argument("--delays", help="latency: injected delays in ticks, N or LOW-HIGH (uniform) (default: "
+                                         "0,1,2,4,8); sim2sim: scenario A's delay (default: 2)")
+    parser.add_argument("--jitter", action="store_true", help="latency: add the jittered delay d ~ U{2..6}")
+    parser.add_argument("--modes", help="latency, sim2sim: comma-separated modes of sync, naive, vlash, vlash+rtc, "
+                                        "ensemble (default: all for latency, sync,vlash for sim2sim)")
+    parser.add_argument("--horizon", type=int, default=16,
+                        help="latency, sim2sim: H of the scripted expert (default: 16)")
+    parser.add_argument("--threshold", type=float, default=1.0,
+                        help="latency, sim2sim: async modes request at queued/H <= threshold (default: 1, re-plan "
+                             "as soon as the previous chunk is in)")
+    parser.add_argument("--seed0", type=int,
+                        help="latency, sim2sim: first seed (default: 100000, never a training seed)")
+    parser.add_argument("--control-jitter", type=float, default=0.5,
+                        help="sim2sim: real-time control-rate jitter, fraction of a period (default: 0.5)")
+    parser.add_argument("--realtime-episodes", type=int, default=1,
+                        help="sim2sim: real-time episodes per variant and mode (default: 1; 0 skips them)")
+    parser.add_argument("--ray", action="store_true", help="latency, sim2sim: run stepped episodes as Ray tasks")
+    parser.add_argument("--ray-address", help="latency, sim2sim: Ray cluster address (default: a local Ray instance)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,6 +120,9 @@ def _bench_policy(args: argparse.Namespace) -> dict:
         raise UserError("bench policy needs --policy CHECKPOINT")
     if args.episodes < 1 or args.slow_every < 1:
         raise UserError("--episodes and --slow-every must be at least 1")
+    import torch
+
+    torch.set_num_threads(1)  # small models: a second OpenMP thread only helps on an idle machine
     results = policy_bench.evaluate(load_policy(args.policy), args.task, args.episodes, scenario=args.scenario,
                                     execute_steps=args.execute_steps, slow_every=args.slow_every)
     results["checkpoint"] = str(args.policy)
@@ -117,5 +145,87 @@ def _bench_serve(args: argparse.Namespace) -> dict:
     return {"checkpoint": str(args.policy), "rows": rows}
 
 
+def _bench_latency(args: argparse.Namespace) -> dict:
+    from robotrl.bench import latency
+    from robotrl.bench.summary import MAIN_COLUMNS, row_cells
+    from robotrl.report.table import format_table
+
+    delays = _delays(args.delays or latency.DELAYS) + ([latency.JITTER] if args.jitter else [])
+    results = latency.run(_setup(args), delays=delays, modes=_modes(args, latency.MODES), episodes=args.episodes,
+                          seed0=_seed0(args), out_dir=args.out / "latency", use_ray=args.ray,
+                          ray_address=args.ray_address)
+    print(format_table(MAIN_COLUMNS, [row_cells(r) for r in results["rows"]]))
+    for t in results["targets"]:
+        print(f"target ({t['target']}): {latency.met_text(t['met'])} ({t['value']})")
+    print(f"{results['wall_s']:.0f} s; report: {args.out / 'latency' / 'report.md'}")
+    return results
+
+
+def _bench_sim2sim(args: argparse.Namespace) -> dict:
+    from robotrl.bench import latency, sim2sim
+    from robotrl.errors import UserError
+    from robotrl.report.table import format_table
+
+    delay_a = _delays(args.delays or "2")
+    if len(delay_a) != 1 or args.realtime_episodes < 0 or not 0 <= args.control_jitter < 1:
+        raise UserError("sim2sim needs one --delays value, --realtime-episodes >= 0, 0 <= --control-jitter < 1")
+    results = sim2sim.run(_setup(args), modes=_modes(args, ("sync", "vlash")), delay_a=delay_a[0],
+                          latency_b=latency.JITTER, jitter=args.control_jitter, episodes=args.episodes,
+                          realtime_episodes=args.realtime_episodes, seed0=_seed0(args),
+                          out_dir=args.out / "sim2sim", use_ray=args.ray, ray_address=args.ray_address)
+    print(format_table(sim2sim.COLUMNS, [r["cells"] for r in results["rows"]]))
+    print(f"{results['wall_s']:.0f} s; report: {args.out / 'sim2sim' / 'report.md'}")
+    return results
+
+
+def _setup(args: argparse.Namespace):
+    """The latency / sim2sim `BenchSetup` from the arguments (and quiet clamp warnings:
+    the report counts the clamps of every episode)."""
+    import logging
+
+    from robotrl.bench.cells import BenchSetup
+    from robotrl.errors import UserError
+
+    logging.getLogger("robotrl.hardware.safety").setLevel(logging.ERROR)
+
+    if args.episodes < 1 or args.horizon < 1 or (args.execute_steps is not None and args.execute_steps < 1):
+        raise UserError("--episodes, --horizon and --execute-steps must be at least 1")
+    if not 0 <= args.threshold <= 1:
+        raise UserError("--threshold must be in [0, 1]")
+    if args.policy is not None and not args.policy.exists():
+        raise UserError(f"policy checkpoint {args.policy} does not exist")
+    return BenchSetup(task=args.task, checkpoint=None if args.policy is None else str(args.policy.resolve()),
+                      horizon=args.horizon, execute_horizon=args.execute_steps or 15, threshold=args.threshold)
+
+
+def _delays(text: str) -> list:
+    from robotrl.bench.cells import DelaySpec
+    from robotrl.errors import UserError
+
+    try:
+        return [DelaySpec.parse(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise UserError(f"--delays {text!r}: give ticks like 0,1,2,4,8 or 2-6 ({exc})") from None
+
+
+def _modes(args: argparse.Namespace, default: tuple[str, ...]) -> list[str]:
+    from robotrl.errors import UserError
+    from robotrl.inference.stepped import STEPPED_MODES
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else list(default)
+    unknown = [m for m in modes if m not in STEPPED_MODES]
+    if unknown or not modes:
+        raise UserError(f"--modes: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                        f"{', '.join(STEPPED_MODES)}")
+    return modes
+
+
+def _seed0(args: argparse.Namespace) -> int:
+    from robotrl.bench.policy import EVAL_SEED0
+
+    return EVAL_SEED0 if args.seed0 is None else args.seed0
+
+
 _BENCH_RUNNERS = {"sim": _bench_sim, "record": _bench_record, "transport": _bench_transport,
-                  "policy": _bench_policy, "serve": _bench_serve}
+                  "policy": _bench_policy, "serve": _bench_serve, "latency": _bench_latency,
+                  "sim2sim": _bench_sim2sim}

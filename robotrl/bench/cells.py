@@ -1,0 +1,200 @@
+"""One benchmark cell: a stepped episode of (scenario, mode, delay, seed) and its record.
+
+`run_cell(setup, cell)` is a pure function of its arguments (same cell, same record),
+so cells can run in any order, in any process (Ray workers), and be cached by key.
+Each process keeps one `TaskEnv` per (task, scenario) and one loaded checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robotrl.bench.metrics import reaction_ticks, staleness_histogram
+from robotrl.inference.chunking import boundary_discontinuity_ratio, boundary_jerk_ratio, prefix_consistency
+from robotrl.inference.stepped import STEPPED_MODES, SteppedEpisode, run_stepped_episode
+from robotrl.sim.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class DelaySpec:
+    """Injected inference delay d in control ticks: fixed (low == high) or drawn
+    uniformly from {low..high} for every request."""
+
+    low: int
+    high: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.low <= self.high:
+            raise ValueError(f"delay needs 0 <= low <= high ticks, got {self.low}..{self.high}")
+
+    @classmethod
+    def parse(cls, text: str) -> DelaySpec:
+        """"4" -> fixed 4 ticks; "2-6" -> uniform on {2..6}."""
+        low, _, high = text.strip().partition("-")
+        return cls(int(low), int(high or low))
+
+    @property
+    def fixed(self) -> bool:
+        return self.low == self.high
+
+    @property
+    def label(self) -> str:
+        return str(self.low) if self.fixed else f"U{{{self.low}..{self.high}}}"
+
+    @property
+    def mean_ticks(self) -> float:
+        return (self.low + self.high) / 2
+
+    def draw(self, rng: np.random.Generator) -> int:
+        return int(rng.integers(self.low, self.high + 1))
+
+
+@dataclass(frozen=True)
+class BenchSetup:
+    """What stays the same for every cell of a run (its fingerprint keys the cache)."""
+
+    task: str = "reach"
+    """Simulated task: "reach" (the target jumps: reaction time) or "pick_place"."""
+    checkpoint: str | None = None
+    """Policy checkpoint folder; None runs the task's scripted expert as a chunk policy."""
+    horizon: int = 16
+    """H, rows per chunk of the scripted expert (a checkpoint brings its own)."""
+    execute_horizon: int = 15
+    """s, rows per chunk in sync mode (capped at H) and in the time model; 15 = 0.5 s at 30 Hz."""
+    threshold: float = 1.0
+    """Async modes request when queued rows / H <= threshold; 1 re-plans as soon as a reply is in."""
+    reaction_speed_m_s: float = 0.1
+    """Speed toward the jumped reach target that counts as reacting."""
+
+    def fingerprint(self) -> str:
+        """Hash of the fields and of the checkpoint files' modification times (a checkpoint
+        trained again in the same folder invalidates cached episodes)."""
+        doc = asdict(self)
+        if self.checkpoint is not None:
+            doc["checkpoint_mtime_ns"] = max((f.stat().st_mtime_ns for f in Path(self.checkpoint).iterdir()),
+                                             default=0)
+        return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One episode: `scenario` physics, executor `mode`, injected `delay`, `seed`."""
+
+    scenario: Scenario
+    mode: str
+    delay: DelaySpec
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.mode not in STEPPED_MODES:
+            raise ValueError(f"mode must be one of {STEPPED_MODES}, got {self.mode!r}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.scenario.name}|{self.mode}|{self.delay.label}|{self.seed}"
+
+
+_ENVS: dict[tuple, object] = {}
+_POLICIES: dict[str, object] = {}
+_KINEMATICS: dict[str, object] = {}
+
+
+def load_checkpoint(path: str):
+    """The checkpoint's `ChunkPolicy`, loaded once per process."""
+    if path not in _POLICIES:
+        from robotrl.policies.loading import load_policy
+
+        _POLICIES[path] = load_policy(Path(path))
+    return _POLICIES[path]
+
+
+def make_env(setup: BenchSetup, scenario: Scenario, clock=None):
+    """A `TaskEnv` for (task, scenario) rendering the checkpoint's cameras (none for the
+    expert, which reads privileged state). Stepped (`clock` None): this process's cached
+    one; with a clock (e.g. `WallClock`): a new one, the caller closes it."""
+    key = (setup.task, scenario, setup.checkpoint)
+    if clock is None and key in _ENVS:
+        return _ENVS[key]
+    from robotrl.hardware.robot import CameraSpec
+    from robotrl.sim.env import TaskEnv
+
+    cameras = ()
+    if setup.checkpoint is not None:
+        meta = load_checkpoint(setup.checkpoint).metadata
+        cameras = tuple(CameraSpec(c, meta.image_size_px, meta.image_size_px) for c in meta.cameras)
+    env = TaskEnv(setup.task, scenario, cameras=cameras, clock=clock)
+    if clock is None:
+        _ENVS[key] = env
+    return env
+
+
+def chunk_horizon(setup: BenchSetup) -> int:
+    """H of the policy the cells run."""
+    return load_checkpoint(setup.checkpoint).metadata.horizon if setup.checkpoint else setup.horizon
+
+
+def run_cell(setup: BenchSetup, cell: Cell) -> dict:
+    """Run `cell`'s stepped episode; its JSON-ready metrics record."""
+    env = make_env(setup, cell.scenario)
+    policy = load_checkpoint(setup.checkpoint) if setup.checkpoint else None
+    horizon = chunk_horizon(setup)
+    delay = cell.delay
+    episode = run_stepped_episode(
+        env, cell.seed, cell.mode, delay.low if delay.fixed else delay.draw, setup.horizon,
+        threshold=setup.threshold, execute_horizon=min(setup.execute_horizon, horizon), policy=policy,
+        initial_delay_ticks=delay.high)
+    return episode_record(setup, cell, episode, env)
+
+
+def episode_record(setup: BenchSetup, cell: Cell, episode: SteppedEpisode, env) -> dict:
+    """The metrics of one finished episode (NaN stored as None)."""
+    trace = episode.trace
+    requested = episode.requested_rad()
+    sent = np.stack([r.sent_rad for r in trace])
+    # The ensemble mixes every chunk into every tick: it has no chunk boundaries.
+    switches = [] if cell.mode == "ensemble" else episode.switch_ticks()
+    executed = [r for r in trace if not r.paused]
+    chunks = episode.received
+    prefix = [prefix_consistency(a.chunk, b.chunk, max(1, b.arrival_tick - b.obs_tick))
+              for a, b in zip(chunks, chunks[1:])]
+    record = {
+        "key": cell.key, "task": setup.task, "scenario": cell.scenario.name,
+        "mode": cell.mode, "delay": cell.delay.label, "delay_mean_ticks": cell.delay.mean_ticks,
+        "seed": cell.seed, "success": bool(episode.success), "ticks": int(episode.ticks),
+        "pauses": int(episode.pauses), "step_clamps": int(episode.step_clamps), "chunks": len(chunks),
+        "staleness": {str(k): v for k, v in staleness_histogram(
+            [r.tick for r in executed], [r.obs_tick for r in executed]).items()},
+        "disc_ratio_requested": _finite(boundary_discontinuity_ratio(requested, switches)),
+        "disc_ratio_executed": _finite(boundary_discontinuity_ratio(sent, switches)),
+        "jerk_ratio_requested": _finite(boundary_jerk_ratio(requested, switches)),
+        "jerk_ratio_executed": _finite(boundary_jerk_ratio(sent, switches)),
+        "prefix_consistency_rad": _finite(np.nanmean(prefix)) if any(np.isfinite(prefix)) else None,
+        "jump_tick": None, "reaction_ticks": None,
+    }
+    jump_tick = getattr(env.task, "jump_tick", None)
+    if jump_tick is not None:  # reach: the target after the jump is the current one
+        kin = _kinematics(env)
+        ee = np.stack([kin.ee_position(q) for q in sent])
+        record["jump_tick"] = int(jump_tick)
+        record["reaction_ticks"] = reaction_ticks(ee, env.task.target_m, jump_tick, env.dt_s,
+                                                  setup.reaction_speed_m_s)
+    return record
+
+
+def _kinematics(env):
+    """The pinocchio model of `env`'s arm, built once per process."""
+    name = env.sim.arm.name
+    if name not in _KINEMATICS:
+        from robotrl.hardware.kinematics import Kinematics
+
+        _KINEMATICS[name] = Kinematics(env.sim.arm)
+    return _KINEMATICS[name]
+
+
+def _finite(value) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
