@@ -1,0 +1,78 @@
+"""Policy checkpoints: a folder with `model.safetensors` (weights) and `config.json`
+(policy type, config, normalisation statistics, vocabulary, code version).
+
+Weights are only ever read with safetensors: no pickle, no `torch.load`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from robotrl.hardware.errors import ConfigError
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+FORMAT_VERSION = 1
+
+
+def code_version() -> str:
+    """robotrl's version, plus the git commit of the source tree when there is one."""
+    from robotrl import __version__
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"robotrl {__version__}" + (f" ({sha})" if sha else "")
+
+
+def write_checkpoint(path: Path, policy_type: str, tensors: dict[str, torch.Tensor], payload: dict) -> None:
+    """Write weights and config.json into folder `path` (created); each file atomically."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    doc = {"policy_type": policy_type, "format_version": FORMAT_VERSION, "code_version": code_version(), **payload}
+    _atomic(path / WEIGHTS_FILE, lambda p: save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(p)))
+    _atomic(path / CONFIG_FILE, lambda p: p.write_text(json.dumps(doc, indent=2)))
+
+
+def read_config(path: Path) -> dict:
+    """config.json of checkpoint folder `path`."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    file = path / CONFIG_FILE
+    if not file.is_file():
+        raise ConfigError(f"{path} is not a policy checkpoint: it has no {CONFIG_FILE}")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
+
+
+def read_checkpoint(path: Path, policy_type: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config.json, weights) of a checkpoint that must hold a `policy_type` policy."""
+    doc = read_config(path)
+    found = doc.get("policy_type")
+    if found != policy_type:
+        raise ConfigError(f"checkpoint {path} holds a {found!r} policy, not {policy_type!r}; "
+                          "load it with robotrl.policies.loading.load_policy")
+    if doc.get("format_version", 0) > FORMAT_VERSION:
+        raise ConfigError(f"checkpoint {path} has format version {doc['format_version']}; "
+                          f"this robotrl reads up to {FORMAT_VERSION}: upgrade robotrl")
+    weights = Path(path) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ConfigError(f"checkpoint {path} has no {WEIGHTS_FILE}")
+    return doc, load_file(str(weights))
+
+
+def _atomic(target: Path, write) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, target)

@@ -1,0 +1,85 @@
+"""`FastSlowConfig`: everything that shapes a fast/slow policy, saved in its checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from robotrl.hardware.errors import ConfigError
+
+ACTION_MODES = ("delta", "absolute")
+
+
+@dataclass(frozen=True)
+class FastSlowConfig:
+    """Shape of a fast/slow flow-matching policy. Dimensions come from the dataset."""
+
+    state_dim: int = 6
+    """Length of the proprioceptive state (radians)."""
+    action_dim: int = 6
+    """A, joints per action row (radians)."""
+    horizon: int = 16
+    """H, rows per predicted chunk."""
+    execute_steps: int = 8
+    """s, rows executed before the next chunk in synchronous execution (also RTC's s)."""
+    control_rate_hz: float = 30.0
+    """Rate at which chunk rows are executed."""
+    cameras: tuple[str, ...] = ("front", "wrist")
+    """Camera names read by the slow pathway, in order."""
+    image_size_px: int = 64
+    """Images are resized to this square size before the image encoder."""
+    use_env_state: bool = False
+    """Give the fast pathway the privileged `env_state` (sim only) as a fresh feature."""
+    env_state_dim: int = 0
+    """Length of `env_state` when `use_env_state`."""
+    width: int = 128
+    """Width of latent tokens and of the text/image encoders."""
+    cnn_channels: tuple[int, ...] = (16, 32, 32, 32)
+    """Channels of the image encoder's conv layers (the first two halve the resolution)."""
+    max_words: int = 12
+    """Instruction tokens kept (longer instructions are truncated)."""
+    expert_hidden: int = 256
+    """Hidden width of the flow-matching action expert (residual MLP)."""
+    expert_blocks: int = 3
+    """Residual blocks of the action expert."""
+    flow_steps: int = 10
+    """Euler steps from noise (tau = 0) to data (tau = 1) at inference."""
+    action_mode: str = "delta"
+    """"delta": the expert predicts rows minus the (forwarded) state, normalised per row and
+    joint; "absolute": it predicts the targets themselves, normalised per joint. Outputs
+    are absolute joint targets in radians either way."""
+    max_age_ticks: int = 32
+    """Largest latent age the age embedding distinguishes (older ages are clipped)."""
+    rtc_train: bool = False
+    """Trained with clean prefixes (training-time RTC): at inference a prefix is given to
+    the expert as clean rows instead of guiding the sampler."""
+    rtc_beta: float = 5.0
+    """Guidance weight cap of inference-time RTC."""
+
+    def __post_init__(self) -> None:
+        for name in ("state_dim", "action_dim", "horizon", "execute_steps", "image_size_px", "width",
+                     "max_words", "expert_hidden", "expert_blocks", "flow_steps"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"FastSlowConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.execute_steps > self.horizon:
+            raise ConfigError(f"FastSlowConfig.execute_steps ({self.execute_steps}) must be <= horizon ({self.horizon})")
+        if self.action_mode not in ACTION_MODES:
+            raise ConfigError(f"FastSlowConfig.action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
+        if self.use_env_state and self.env_state_dim < 1:
+            raise ConfigError("FastSlowConfig.use_env_state needs env_state_dim >= 1")
+        if len(self.cnn_channels) < 2:
+            raise ConfigError("FastSlowConfig.cnn_channels needs at least 2 layers")
+        if self.max_age_ticks < 0:
+            raise ConfigError("FastSlowConfig.max_age_ticks must be >= 0")
+        object.__setattr__(self, "cameras", tuple(self.cameras))
+        object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FastSlowConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown FastSlowConfig fields {unknown} (checkpoint from a newer version?)")
+        return cls(**data)

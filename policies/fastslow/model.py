@@ -1,0 +1,36 @@
+"""`FastSlowModel`: the trainable torch module (slow encoder + action expert)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from robotrl.policies.fastslow import flow
+from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.expert import ActionExpert
+from robotrl.policies.fastslow.slow import SlowEncoder
+
+
+class FastSlowModel(nn.Module):
+    def __init__(self, config: FastSlowConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.config = config
+        self.slow = SlowEncoder(config, vocab_size)
+        self.expert = ActionExpert(config, self.slow.num_tokens)
+
+    def encode_slow(self, images_u8: list[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+        """Per camera (B, 3, S, S) uint8 and (B, L) token ids -> latent (B, T, W)."""
+        return self.slow(images_u8, tokens)
+
+    def sample_chunk(self, latent: torch.Tensor, age_ticks: torch.Tensor, fresh: torch.Tensor,
+                     noise: torch.Tensor, prefix: torch.Tensor | None = None, prefix_rows: int = 0,
+                     guide: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor:
+        """Normalised (B, H, A) chunk from the conditioning and (B, H, A) initial noise."""
+        cond = self.expert.condition(latent, age_ticks, fresh)
+        velocity = lambda x, tau_rows: self.expert.velocity(x, tau_rows, cond)  # noqa: E731
+        return flow.sample(velocity, noise, self.config.flow_steps, prefix=prefix, prefix_rows=prefix_rows,
+                           guide=guide)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,110 @@
+"""Normalisation statistics of a fast/slow policy, computed from its training data.
+
+Actions are normalised in one of two ways (`FastSlowConfig.action_mode`):
+- "absolute": (a - mean) / std per joint;
+- "delta": (a_i - state) - mean_i) / std_i per chunk row i and joint, so row i of every
+  chunk is measured from the (forwarded) state the chunk starts from.
+Outputs always go back to absolute joint targets in radians.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+STATE_STD_FLOOR = 1e-2
+"""Smallest std used for states and env_state (a constant joint would otherwise blow up)."""
+ACTION_STD_FLOOR = 1e-3
+"""Smallest std used for actions."""
+
+
+@dataclass
+class Normalizer:
+    action_mode: str
+    state_mean: np.ndarray
+    """(S,)"""
+    state_std: np.ndarray
+    action_mean: np.ndarray
+    """(A,) absolute, (H, A) delta."""
+    action_std: np.ndarray
+    env_mean: np.ndarray | None = None
+    env_std: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.state_std = np.maximum(np.asarray(self.state_std, np.float32), STATE_STD_FLOOR)
+        self.action_std = np.maximum(np.asarray(self.action_std, np.float32), ACTION_STD_FLOOR)
+        self.state_mean = np.asarray(self.state_mean, np.float32)
+        self.action_mean = np.asarray(self.action_mean, np.float32)
+        if self.env_mean is not None:
+            self.env_mean = np.asarray(self.env_mean, np.float32)
+            self.env_std = np.maximum(np.asarray(self.env_std, np.float32), STATE_STD_FLOOR)
+        self._t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.to_arrays().items()}
+
+    @classmethod
+    def fit(cls, action_mode: str, states: np.ndarray, chunks: np.ndarray, chunk_states: np.ndarray,
+            mask: np.ndarray, env: np.ndarray | None = None) -> Normalizer:
+        """Statistics from training data.
+
+        states: (N, S) every state; chunks: (M, H, A) action chunks starting at
+        chunk_states (M, S); mask: (M, H) rows that are real (not padding); env: (N, E).
+        """
+        if action_mode == "delta":
+            deltas = chunks - chunk_states[:, None, : chunks.shape[2]]
+            w = mask[..., None].astype(np.float64)
+            n = np.maximum(w.sum(0), 1.0)
+            mean = (deltas * w).sum(0) / n
+            std = np.sqrt(((deltas - mean) ** 2 * w).sum(0) / n)
+        else:
+            rows = chunks[mask]
+            mean, std = rows.mean(0), rows.std(0)
+        env_mean = env_std = None
+        if env is not None:
+            env_mean, env_std = env.mean(0), env.std(0)
+        return cls(action_mode, states.mean(0), states.std(0), mean, std, env_mean, env_std)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {"state_mean": self.state_mean, "state_std": self.state_std,
+               "action_mean": self.action_mean, "action_std": self.action_std}
+        if self.env_mean is not None:
+            out |= {"env_mean": self.env_mean, "env_std": self.env_std}
+        return out
+
+    def to_dict(self) -> dict:
+        return {"action_mode": self.action_mode} | {k: v.tolist() for k, v in self.to_arrays().items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Normalizer:
+        get = lambda k: None if data.get(k) is None else np.asarray(data[k], np.float32)  # noqa: E731
+        return cls(data["action_mode"], get("state_mean"), get("state_std"), get("action_mean"),
+                   get("action_std"), get("env_mean"), get("env_std"))
+
+    @property
+    def id(self) -> str:
+        """Short hash of the statistics (PolicyMetadata.normalization_id)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def state(self, state: torch.Tensor) -> torch.Tensor:
+        return (state - self._t["state_mean"]) / self._t["state_std"]
+
+    def env(self, env: torch.Tensor) -> torch.Tensor:
+        return (env - self._t["env_mean"]) / self._t["env_std"]
+
+    def encode_chunk(self, actions_rad: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
+        """(B, H', A) radians (H' <= H rows from the chunk start) -> normalised."""
+        h = actions_rad.shape[1]
+        mean, std = self._t["action_mean"], self._t["action_std"]
+        if self.action_mode == "delta":
+            a = actions_rad.shape[2]
+            return (actions_rad - state_rad[:, None, :a] - mean[:h]) / std[:h]
+        return (actions_rad - mean) / std
+
+    def decode_chunk(self, x: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
+        """(B, H, A) normalised -> absolute joint targets, radians."""
+        mean, std = self._t["action_mean"], self._t["action_std"]
+        if self.action_mode == "delta":
+            return x * std + mean + state_rad[:, None, : x.shape[2]]
+        return x * std + mean

@@ -1,0 +1,197 @@
+"""`FastSlowPolicy`: the fast/slow VLA behind the `ChunkPolicy` protocol.
+
+The two pathways can run at different rates:
+
+    latent = policy.encode_slow(obs)                     # slow: images + instruction
+    chunk = policy.predict_chunk(obs2, latent, latent_age_ticks=obs2.tick - obs.tick)
+
+`predict_chunk(obs)` alone encodes a fresh latent (age 0). The age the action expert
+sees is `latent_age_ticks + obs.delay_ticks`: ticks between the frame the latent saw and
+the tick of the chunk's first row (the tick of the forwarded state `obs.state_rad`); the
+trainer samples it the same way (delayed-latent + VLASH offset augmentation).
+
+Deterministic: the initial noise of a chunk comes from a `torch.Generator` seeded with
+(`seed`, `obs.tick`), so the same observation always gives the same chunk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.policies.checkpoint import read_checkpoint, write_checkpoint
+from robotrl.policies.fastslow import flow
+from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.normalize import Normalizer
+from robotrl.policies.fastslow.slow import resize_images
+from robotrl.policies.fastslow.vocab import Vocabulary
+
+POLICY_TYPE = "fastslow_flow"
+
+
+class FastSlowPolicy:
+    def __init__(self, model: FastSlowModel, normalizer: Normalizer, vocab: Vocabulary, *, seed: int = 0,
+                 version: int = 0, rtc_guidance: bool = True, noise_scale: float = 1.0) -> None:
+        self.model = model.eval()
+        self.config: FastSlowConfig = model.config
+        self.normalizer = normalizer
+        self.vocab = vocab
+        self.seed = seed
+        self.version = version
+        self.rtc_guidance = rtc_guidance
+        """Guide the sampler toward `obs.prefix_rad` (inference-time RTC) when a prefix is
+        given and the checkpoint was not trained with clean prefixes."""
+        self.noise_scale = noise_scale
+        """Scale of the initial noise (1: sample the learned distribution; 0: its
+        deterministic central chunk)."""
+        self._generator = torch.Generator()
+
+    # --- ChunkPolicy -------------------------------------------------------------------
+    @property
+    def metadata(self) -> PolicyMetadata:
+        c = self.config
+        return PolicyMetadata(POLICY_TYPE, c.horizon, c.action_dim, c.control_rate_hz, c.state_dim,
+                              c.cameras, c.image_size_px, self.normalizer.id,
+                              c.env_state_dim if c.use_env_state else 0)
+
+    def reset(self) -> None:
+        """Stateless between chunks: nothing to clear."""
+
+    @torch.no_grad()
+    def encode_slow(self, obs: PolicyObservation) -> torch.Tensor:
+        """Slow pathway: (T, W) latent tokens from `obs.images` and `obs.instruction`."""
+        images = [self._image(obs, cam) for cam in self.config.cameras]
+        tokens = torch.from_numpy(self.vocab.encode(obs.instruction, self.config.max_words))[None]
+        return self.model.encode_slow(images, tokens)[0]
+
+    def predict_chunk(self, obs: PolicyObservation, latent: torch.Tensor | None = None,
+                      latent_age_ticks: int = 0) -> ActionChunk:
+        """Fast pathway: an (H, A) chunk of absolute joint targets (radians) starting at
+        tick `obs.tick + obs.delay_ticks`, from `latent` (encoded now when None) that is
+        `latent_age_ticks` older than `obs.tick`."""
+        c = self.config
+        state = self._state(obs)
+        if latent is None:
+            latent, latent_age_ticks = self.encode_slow(obs), 0
+        if tuple(latent.shape) != (self.model.slow.num_tokens, c.width):
+            raise ValueError(f"latent has shape {tuple(latent.shape)}, expected "
+                             f"{(self.model.slow.num_tokens, c.width)} (from this policy's encode_slow)")
+        if latent_age_ticks < 0 or obs.delay_ticks < 0:
+            raise ValueError("latent_age_ticks and obs.delay_ticks must be >= 0")
+        fresh = self.normalizer.state(state)
+        if c.use_env_state:
+            fresh = torch.cat([fresh, self.normalizer.env(self._env_state(obs))], dim=1)
+        age = torch.tensor([latent_age_ticks + obs.delay_ticks])
+        self._generator.manual_seed(_noise_seed(self.seed, obs.tick))
+        noise = torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale
+        prefix, rows = self._prefix(obs, state)
+        with torch.no_grad():
+            kwargs = {}
+            if prefix is not None and c.rtc_train:
+                kwargs = {"prefix": prefix, "prefix_rows": rows}
+            elif prefix is not None and self.rtc_guidance:
+                weights = flow.rtc_weights(c.horizon, c.execute_steps, rows)
+                weights[self._prefix_len(obs):] = 0.0
+                kwargs = {"guide": (prefix, weights, c.rtc_beta)}
+            x = self.model.sample_chunk(latent[None], age, fresh, noise, **kwargs)
+            actions = self.normalizer.decode_chunk(x, state)[0].numpy().astype(np.float64)
+        if prefix is not None and rows > 0:  # rows that execute anyway stay exactly as committed
+            actions[:rows] = np.asarray(obs.prefix_rad, dtype=np.float64)[:rows]
+        return ActionChunk(actions, obs.tick + obs.delay_ticks, self.version)
+
+    @torch.no_grad()
+    def predict_chunks(self, observations: list[PolicyObservation], latents: list[torch.Tensor],
+                       latent_ages_ticks: list[int]) -> list[ActionChunk]:
+        """The fast pathway for many robots in one model call (the server batches
+        requests); observations with an RTC prefix are answered one by one."""
+        chunks: list[ActionChunk | None] = [None] * len(observations)
+        batch = [i for i, obs in enumerate(observations) if obs.prefix_rad is None or len(obs.prefix_rad) == 0]
+        for i in sorted(set(range(len(observations))) - set(batch)):
+            chunks[i] = self.predict_chunk(observations[i], latents[i], latent_ages_ticks[i])
+        if batch:
+            c = self.config
+            obs = [observations[i] for i in batch]
+            states = torch.cat([self._state(o) for o in obs])
+            fresh = self.normalizer.state(states)
+            if c.use_env_state:
+                fresh = torch.cat([fresh, self.normalizer.env(torch.cat([self._env_state(o) for o in obs]))], dim=1)
+            ages = torch.tensor([latent_ages_ticks[i] + observations[i].delay_ticks for i in batch])
+            noise = []
+            for o in obs:
+                self._generator.manual_seed(_noise_seed(self.seed, o.tick))
+                noise.append(torch.randn((1, c.horizon, c.action_dim), generator=self._generator))
+            x = self.model.sample_chunk(torch.stack([latents[i] for i in batch]), ages, fresh, torch.cat(noise))
+            actions = self.normalizer.decode_chunk(x, states).numpy().astype(np.float64)
+            for row, (i, o) in enumerate(zip(batch, obs)):
+                chunks[i] = ActionChunk(actions[row], o.tick + o.delay_ticks, self.version)
+        return chunks
+
+    # --- checkpoints -------------------------------------------------------------------
+    def save(self, path: Path, extra: dict | None = None) -> None:
+        """Checkpoint folder: model.safetensors + config.json (config, statistics, vocabulary)."""
+        write_checkpoint(path, POLICY_TYPE, self.model.state_dict(), {
+            "config": self.config.to_dict(), "normalization": self.normalizer.to_dict(),
+            "vocabulary": self.vocab.tokens, "training": extra or {}})
+
+    @classmethod
+    def load(cls, path: Path, *, seed: int = 0) -> FastSlowPolicy:
+        doc, tensors = read_checkpoint(path, POLICY_TYPE)
+        config = FastSlowConfig.from_dict(doc["config"])
+        vocab = Vocabulary(doc["vocabulary"])
+        model = FastSlowModel(config, len(vocab))
+        model.load_state_dict(tensors)
+        version = int(doc.get("training", {}).get("step", 0))
+        return cls(model, Normalizer.from_dict(doc["normalization"]), vocab, seed=seed, version=version)
+
+    # --- input checks ------------------------------------------------------------------
+    def _state(self, obs: PolicyObservation) -> torch.Tensor:
+        state = np.asarray(obs.state_rad, dtype=np.float32)
+        if state.shape != (self.config.state_dim,):
+            raise ValueError(f"state_rad has shape {state.shape}, expected ({self.config.state_dim},)")
+        if not np.all(np.isfinite(state)):
+            raise ValueError("state_rad contains NaN or inf")
+        return torch.from_numpy(state)[None]
+
+    def _env_state(self, obs: PolicyObservation) -> torch.Tensor:
+        if obs.env_state is None:
+            raise ValueError("this policy was trained with env_state; the observation has none")
+        env = np.asarray(obs.env_state, dtype=np.float32)
+        if env.shape != (self.config.env_state_dim,):
+            raise ValueError(f"env_state has shape {env.shape}, expected ({self.config.env_state_dim},)")
+        return torch.from_numpy(env)[None]
+
+    def _image(self, obs: PolicyObservation, camera: str) -> torch.Tensor:
+        if camera not in obs.images:
+            raise ValueError(f"observation has no image from camera {camera!r} "
+                             f"(the policy reads {list(self.config.cameras)}, got {sorted(obs.images)})")
+        image = np.asarray(obs.images[camera])
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise ValueError(f"image {camera!r} has shape {image.shape} {image.dtype}, expected (H, W, 3) uint8")
+        chw = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None]
+        return resize_images(chw, self.config.image_size_px)
+
+    def _prefix_len(self, obs: PolicyObservation) -> int:
+        return 0 if obs.prefix_rad is None else min(len(obs.prefix_rad), self.config.horizon)
+
+    def _prefix(self, obs: PolicyObservation, state: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+        """Normalised prefix padded to H rows, and d = rows frozen (min(delay, P))."""
+        if obs.prefix_rad is None or len(obs.prefix_rad) == 0:
+            return None, 0
+        c = self.config
+        prefix = np.asarray(obs.prefix_rad, dtype=np.float32)
+        if prefix.ndim != 2 or prefix.shape[1] != c.action_dim:
+            raise ValueError(f"prefix_rad has shape {prefix.shape}, expected (P, {c.action_dim})")
+        p = self._prefix_len(obs)
+        padded = np.zeros((c.horizon, c.action_dim), dtype=np.float32)
+        padded[:p] = prefix[:p]
+        padded[p:] = prefix[p - 1]
+        x = self.normalizer.encode_chunk(torch.from_numpy(padded)[None], state)
+        return x, min(obs.delay_ticks, p)
+
+
+def _noise_seed(seed: int, tick: int) -> int:
+    return (seed * 1_000_003 + tick * 7_919 + 12_345) % (2 ** 63)

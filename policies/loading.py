@@ -1,0 +1,31 @@
+"""`load_policy(path)`: any checkpoint folder robotrl can serve, as a `ChunkPolicy`.
+
+- robotrl checkpoints (`config.json` with a `policy_type`, e.g. "fastslow_flow");
+- lerobot `pretrained_model` folders (`config.json` with a lerobot `type`, e.g. "act").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from robotrl.hardware.errors import ConfigError
+from robotrl.policies.base import ChunkPolicy
+from robotrl.policies.checkpoint import read_config
+
+POLICY_TYPES = ("fastslow_flow",)
+
+
+def load_policy(path: Path, *, seed: int = 0) -> ChunkPolicy:
+    """Load the checkpoint folder at `path`; the folder alone is enough."""
+    doc = read_config(Path(path))
+    policy_type = doc.get("policy_type")
+    if policy_type == "fastslow_flow":
+        from robotrl.policies.fastslow.policy import FastSlowPolicy
+
+        return FastSlowPolicy.load(path, seed=seed)
+    if policy_type is None and "type" in doc:
+        from robotrl.policies.lerobot_adapter.policy import LerobotChunkPolicy
+
+        return LerobotChunkPolicy.from_pretrained(path, seed=seed)
+    raise ConfigError(f"checkpoint {path} holds an unknown policy type {policy_type!r}; "
+                      f"robotrl serves {', '.join(POLICY_TYPES)} and lerobot pretrained_model folders")

@@ -1,0 +1,69 @@
+"""`robotrl train`: train a fast/slow flow-matching policy on a local LeRobotDataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from robotrl.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", type=Path, required=True, help="local LeRobotDataset folder")
+    parser.add_argument("--out", type=Path, required=True, help="checkpoint folder to write (and resume from)")
+    parser.add_argument("--steps", type=int, default=20_000, help="optimizer steps (default: 20000)")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default: 64)")
+    parser.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default: 3e-4)")
+    parser.add_argument("--k-max", type=int, default=8,
+                        help="VLASH offset augmentation: state/chunk k ~ U{0..K} ticks after the image (default: 8; 0: off)")
+    parser.add_argument("--latent-delay-max", type=int, default=0,
+                        help="delayed-latent augmentation: slow latent from a frame j ~ U{0..J} ticks older (default: 0)")
+    parser.add_argument("--rtc-train", action="store_true",
+                        help="training-time RTC: clean prefix of random length, loss on the postfix")
+    parser.add_argument("--env-state", action="store_true",
+                        help="give the fast pathway the privileged observation.environment_state (sim datasets)")
+    parser.add_argument("--horizon", type=int, default=16, help="H, rows per chunk (default: 16)")
+    parser.add_argument("--execute-steps", type=int, default=8, help="s, rows executed per chunk in evaluation (default: 8)")
+    parser.add_argument("--image-size", type=int, default=64, help="training image size in pixels (default: 64)")
+    parser.add_argument("--cameras", default="front,wrist", help="comma-separated cameras (default: front,wrist)")
+    parser.add_argument("--action-mode", choices=("delta", "absolute"), default="delta",
+                        help="expert output parameterisation, normalised (default: delta = rows minus the state)")
+    parser.add_argument("--shift-px", type=int, default=0, help="random image shift augmentation in pixels (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads, at most 2; use 2 only on an otherwise idle machine (default: 1)")
+    parser.add_argument("--save-every", type=int, default=2_000, help="checkpoint period in steps (default: 2000)")
+    parser.add_argument("--eval-every", type=int, default=0, help="evaluation period in steps (default: 0 = at the end only)")
+    parser.add_argument("--eval-episodes", type=int, default=0, help="simulated episodes per evaluation (default: 0 = none)")
+    parser.add_argument("--task", choices=("reach", "pick_place"), help="simulated task for evaluation")
+    parser.add_argument("--minutes", type=float, help="wall-time budget; stops and saves when reached")
+    parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    from robotrl.report.table import format_table
+    from robotrl.train.trainer import TrainConfig, train
+
+    if args.eval_episodes and not args.task:
+        raise UserError("--eval-episodes needs --task reach|pick_place")
+    policy = {"horizon": args.horizon, "execute_steps": args.execute_steps, "image_size_px": args.image_size,
+              "cameras": tuple(c for c in args.cameras.split(",") if c), "use_env_state": args.env_state,
+              "action_mode": args.action_mode}
+    cfg = TrainConfig(dataset=args.dataset, out=args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                      k_max=args.k_max, latent_delay_max=args.latent_delay_max, rtc_train=args.rtc_train,
+                      shift_px=args.shift_px, seed=args.seed, threads=args.threads, save_every=args.save_every,
+                      eval_every=args.eval_every, eval_episodes=args.eval_episodes, task=args.task,
+                      time_budget_s=args.minutes * 60 if args.minutes else None, policy=policy)
+    result = train(cfg, resume=args.resume)
+    rows = [("checkpoint", str(args.out)), ("steps", result.steps), ("train wall time (s)", round(result.wall_s, 1)),
+            ("parameters", f"{result.num_parameters:,}"),
+            ("loss first / last", f"{result.losses[0][1]:.4f} / {result.losses[-1][1]:.4f}" if result.losses else "-")]
+    for e in result.evals:
+        rows.append((f"eval @ step {e['step']}",
+                     f"{e['success_rate']:.0%} [{e['wilson95_low']:.0%}, {e['wilson95_high']:.0%}]"))
+    print(format_table(("metric", "value"), rows))
+    (args.out / "train_summary.json").write_text(json.dumps({"steps": result.steps, "wall_s": result.wall_s,
+                                                             "parameters": result.num_parameters,
+                                                             "evals": result.evals}, indent=2))
+    return 0

@@ -1,0 +1,1 @@
+"""Behaviour-cloning training of chunk policies (`robotrl train`)."""

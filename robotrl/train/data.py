@@ -1,0 +1,119 @@
+"""A local LeRobotDataset decoded once into RAM for training.
+
+Tables (state, action, env_state) come from the dataset's parquet files; every video
+frame is decoded once (PyAV, one pass per episode and camera), resized to the training
+resolution and kept as uint8, so training never touches a decoder again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.hardware.errors import ConfigError
+from robotrl.policies.fastslow.slow import resize_images
+from robotrl.record import features as F
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FrameTable:
+    """Every frame of a dataset, in dataset order (episodes contiguous)."""
+
+    states: np.ndarray
+    """(N, S) float32 measured joints, radians."""
+    actions: np.ndarray
+    """(N, A) float32 executed joint targets, radians."""
+    env_states: np.ndarray | None
+    """(N, E) float32 privileged features, or None."""
+    images: dict[str, torch.Tensor]
+    """camera -> (N, 3, S, S) uint8."""
+    task_ids: np.ndarray
+    """(N,) index into `tasks`."""
+    tasks: list[str]
+    """Instruction strings."""
+    episode_start: np.ndarray
+    """(N,) first frame of each frame's episode."""
+    episode_end: np.ndarray
+    """(N,) one past the last frame of each frame's episode."""
+    fps: float
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.states)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(np.unique(self.episode_start))
+
+    @property
+    def image_bytes(self) -> int:
+        return sum(t.numel() for t in self.images.values())
+
+
+def require_features(features: dict, root: Path, cameras: tuple[str, ...], use_env_state: bool) -> None:
+    """ConfigError naming the first feature the training needs that the dataset lacks."""
+    needed = [F.STATE, F.ACTION] + [F.image_key(c) for c in cameras] + ([F.ENV_STATE] if use_env_state else [])
+    for key in needed:
+        if key not in features:
+            have = ", ".join(k for k in features if k.startswith(("observation", "action")))
+            raise ConfigError(f"dataset {root} has no feature {key!r} (it has: {have})")
+
+
+def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image_size_px: int = 64,
+                use_env_state: bool = False, progress: bool = True) -> FrameTable:
+    """Read the dataset at `root` into RAM (HF hub offline: set HF_HUB_OFFLINE=1)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from lerobot.datasets.video_utils import decode_video_frames
+    from tqdm import tqdm
+
+    root = Path(root)
+    if not (root / "meta" / "info.json").is_file():
+        raise FileNotFoundError(f"no LeRobot dataset at {root} (missing meta/info.json)")
+    ds = LeRobotDataset(f"local/{root.name}", root=root, video_backend="pyav")
+    require_features(ds.features, root, cameras, use_env_state)
+    for cam in cameras:
+        if ds.features[F.image_key(cam)]["dtype"] != "video":
+            raise ConfigError(f"dataset {root}: {F.image_key(cam)} is stored as images; training reads videos")
+    table = ds.hf_dataset.with_format("numpy")
+    cols = [F.STATE, F.ACTION, "episode_index", "frame_index", "timestamp", "task_index"]
+    cols += [F.ENV_STATE] if use_env_state else []
+    data = {c: np.asarray(table[c]) for c in cols}
+    episodes = data["episode_index"].reshape(-1)
+    start, end = _episode_bounds(episodes)
+    tasks_df = ds.meta.tasks
+    tasks = [""] * (int(tasks_df["task_index"].max()) + 1)
+    for text, idx in zip(tasks_df.index, tasks_df["task_index"]):
+        tasks[int(idx)] = str(text)
+    images = {cam: torch.empty((len(episodes), 3, image_size_px, image_size_px), dtype=torch.uint8) for cam in cameras}
+    timestamps = data["timestamp"].reshape(-1)
+    firsts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
+    for first in tqdm(firsts, desc="decoding videos", unit="ep", disable=not progress):
+        ep, last = int(episodes[first]), int(end[first])
+        meta = ds.meta.episodes[ep]
+        for cam in cameras:
+            key = F.image_key(cam)
+            ts = (timestamps[first:last] + meta[f"videos/{key}/from_timestamp"]).tolist()
+            frames = decode_video_frames(root / ds.meta.get_video_file_path(ep, key), ts, ds.tolerance_s,
+                                         backend="pyav", return_uint8=True)
+            images[cam][first:last] = resize_images(frames, image_size_px)
+    return FrameTable(
+        states=data[F.STATE].astype(np.float32), actions=data[F.ACTION].astype(np.float32),
+        env_states=data[F.ENV_STATE].astype(np.float32) if use_env_state else None, images=images,
+        task_ids=data["task_index"].reshape(-1).astype(np.int64), tasks=tasks,
+        episode_start=start, episode_end=end, fps=float(ds.fps))
+
+
+def _episode_bounds(episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per frame, the [start, end) of its episode; episodes must be contiguous."""
+    firsts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
+    if len(np.unique(episodes[firsts])) != len(firsts):
+        raise ConfigError("dataset frames are not grouped by episode")
+    lasts = np.r_[firsts[1:], len(episodes)]
+    lengths = lasts - firsts
+    return np.repeat(firsts, lengths), np.repeat(lasts, lengths)

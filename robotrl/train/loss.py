@@ -1,0 +1,67 @@
+"""The flow-matching loss of a fast/slow policy on a batch of action chunks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from robotrl.policies.fastslow import flow
+from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.normalize import Normalizer
+
+
+@dataclass
+class Batch:
+    images: list[torch.Tensor]
+    """Per camera (B, 3, S, S) uint8 (the frame the slow latent sees)."""
+    tokens: torch.Tensor
+    """(B, L) instruction token ids."""
+    state: torch.Tensor
+    """(B, S) radians, at the chunk's first row."""
+    chunk: torch.Tensor
+    """(B, H, A) target joint positions, radians (padding rows repeat the last action)."""
+    mask: torch.Tensor
+    """(B, H) bool, rows inside the episode."""
+    age: torch.Tensor
+    """(B,) int64 latent age in ticks."""
+    env_state: torch.Tensor | None = None
+    """(B, E) privileged features, when the policy uses them."""
+    prefix_rows: torch.Tensor | None = None
+    """(B,) training-time RTC: rows given clean (no loss on them)."""
+
+
+def sample_tau(n: int) -> torch.Tensor:
+    """(n,) flow times biased toward noise (pi0's Beta(1.5, 1), in our tau convention),
+    from torch's global generator."""
+    u = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0)).sample((n,))
+    return 1.0 - (0.001 + 0.999 * u)
+
+
+def flow_matching_loss(model: FastSlowModel, normalizer: Normalizer, batch: Batch,
+                       flow_samples: int = 4) -> torch.Tensor:
+    """Mean squared velocity error over real (and, with RTC, postfix) rows.
+
+    The slow latent and the conditioning are computed once per example and shared by
+    `flow_samples` draws of (noise, tau)."""
+    latent = model.encode_slow(batch.images, batch.tokens)
+    fresh = normalizer.state(batch.state)
+    if batch.env_state is not None:
+        fresh = torch.cat([fresh, normalizer.env(batch.env_state)], dim=1)
+    cond = model.expert.condition(latent, batch.age, fresh)
+    x1 = normalizer.encode_chunk(batch.chunk, batch.state)
+    b, h, a = x1.shape
+    n = flow_samples
+    cond, x1, mask = cond.repeat_interleave(n, 0), x1.repeat_interleave(n, 0), batch.mask.repeat_interleave(n, 0)
+    x0 = torch.randn_like(x1)
+    tau = sample_tau(b * n)
+    if batch.prefix_rows is not None:
+        prefix = batch.prefix_rows.repeat_interleave(n, 0)
+        tau_rows = flow.prefix_tau(tau, prefix, h)
+        mask = mask & (torch.arange(h)[None, :] >= prefix[:, None])
+    else:
+        tau_rows = tau[:, None].expand(-1, h)
+    x_tau = flow.interpolate(x0, x1, tau_rows)
+    v = model.expert.velocity(x_tau, tau_rows, cond)
+    err = ((v - (x1 - x0)) ** 2).sum(-1) * mask
+    return err.sum() / (mask.sum().clamp(min=1) * a)

@@ -1,0 +1,281 @@
+"""Behaviour cloning of a fast/slow policy from a LeRobotDataset (flow matching).
+
+Augmentations (robotrl.train.sampling): VLASH offsets (image from t, state and chunk from
+t + k), delayed latents (the slow latent sees frame t - j, the fast pathway is told the
+age), optional training-time RTC (a clean prefix of random length, loss on the rest).
+The checkpoint folder doubles as the resume point (model + optimizer + step + RNG).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.hardware.errors import ConfigError
+from robotrl.policies.checkpoint import read_config
+from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.normalize import Normalizer
+from robotrl.policies.fastslow.policy import POLICY_TYPE, FastSlowPolicy
+from robotrl.policies.fastslow.vocab import Vocabulary
+from robotrl.train.data import FrameTable, load_frames
+from robotrl.train.loss import Batch, flow_matching_loss
+from robotrl.train.sampling import chunk_indices, sample_examples
+from robotrl.train.state import load_training_state, save_training_state
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset: Path
+    """Local LeRobotDataset folder."""
+    out: Path
+    """Checkpoint folder (written every `save_every` steps and at the end)."""
+    steps: int = 20_000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Examples per step (each with `flow_samples` noise draws)."""
+    lr: float = 3e-4
+    """Peak learning rate (AdamW), cosine-decayed to 10% after warm-up."""
+    warmup_steps: int = 300
+    """Linear learning-rate warm-up."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay."""
+    k_max: int = 8
+    """VLASH offset: k ~ U{0..k_max} per example (0: no offset augmentation)."""
+    latent_delay_max: int = 0
+    """Delayed latent: j ~ U{0..J} ticks older frame for the slow latent."""
+    rtc_train: bool = False
+    """Training-time RTC: a clean prefix of d ~ U{0..rtc_max_prefix} rows, loss on the rest."""
+    rtc_max_prefix: int = 8
+    """Largest clean prefix of training-time RTC."""
+    flow_samples: int = 4
+    """Noise/time draws per example (the slow latent is shared)."""
+    shift_px: int = 0
+    """Random image shift augmentation, pixels (0: off)."""
+    seed: int = 0
+    """Seeds torch and numpy (batches, noise)."""
+    threads: int = 1
+    """torch CPU threads, at most 2. One is the safe choice on the shared 2-core machines:
+    with another busy process, 2 OpenMP threads made a step 30x slower (measured)."""
+    save_every: int = 2_000
+    """Checkpoint period in steps."""
+    eval_every: int = 0
+    """Simulated evaluation period in steps (0: only at the end when eval_episodes > 0)."""
+    eval_episodes: int = 0
+    """Episodes per evaluation (0: no evaluation)."""
+    task: str | None = None
+    """Simulated task for evaluation (reach, pick_place)."""
+    time_budget_s: float | None = None
+    """Stop (and save) after this much wall time, whatever `steps` says."""
+    policy: dict = field(default_factory=dict)
+    """FastSlowConfig overrides (horizon, image_size_px, use_env_state, action_mode, ...)."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.flow_samples < 1:
+            raise ConfigError("TrainConfig: steps, batch_size and flow_samples must be >= 1")
+        if self.k_max < 0 or self.latent_delay_max < 0 or self.rtc_max_prefix < 0:
+            raise ConfigError("TrainConfig: k_max, latent_delay_max and rtc_max_prefix must be >= 0")
+        if self.eval_episodes and self.task is None:
+            raise ConfigError("TrainConfig: evaluation needs a task (--task reach|pick_place)")
+        if self.threads < 1:
+            raise ConfigError("TrainConfig.threads must be >= 1")
+
+
+@dataclass
+class TrainResult:
+    policy: FastSlowPolicy
+    steps: int
+    wall_s: float
+    losses: list[tuple[int, float]]
+    evals: list[dict]
+    num_parameters: int
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to `lr`, then cosine to 0.1 * lr at `steps`."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def policy_config(frames: FrameTable, cfg: TrainConfig) -> FastSlowConfig:
+    overrides = dict(cfg.policy)
+    use_env = bool(overrides.get("use_env_state", False))
+    if use_env and frames.env_states is None:
+        raise ConfigError("use_env_state needs frames loaded with use_env_state=True")
+    age_max = max(int(overrides.get("max_age_ticks", FastSlowConfig.max_age_ticks)), cfg.k_max + cfg.latent_delay_max)
+    return FastSlowConfig(**{**overrides, "state_dim": frames.states.shape[1], "action_dim": frames.actions.shape[1],
+                             "control_rate_hz": frames.fps,
+                             "env_state_dim": frames.env_states.shape[1] if use_env else 0,
+                             "max_age_ticks": age_max, "rtc_train": cfg.rtc_train})
+
+
+def fit_normalizer(frames: FrameTable, config: FastSlowConfig) -> Normalizer:
+    """Statistics over every frame's state and the (offset 0) chunk starting there."""
+    starts = np.arange(frames.num_frames)
+    idx, mask = chunk_indices(starts, config.horizon, frames.episode_end)
+    return Normalizer.fit(config.action_mode, frames.states, frames.actions[idx], frames.states, mask,
+                          frames.env_states if config.use_env_state else None)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, frames: FrameTable | None = None, progress: bool = True) -> None:
+        self.cfg = cfg
+        self.progress = progress
+        torch.set_num_threads(max(1, min(cfg.threads, 2)))
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        resume_doc = read_config(cfg.out) if _has_training_state(cfg.out) else None
+        if resume_doc is not None and resume_doc.get("policy_type") != POLICY_TYPE:
+            raise ConfigError(f"{cfg.out} holds a {resume_doc.get('policy_type')!r} policy, not {POLICY_TYPE!r}")
+        if resume_doc is not None:
+            self.config = FastSlowConfig.from_dict(resume_doc["config"])
+            self.vocab = Vocabulary(resume_doc["vocabulary"])
+            self.normalizer = Normalizer.from_dict(resume_doc["normalization"])
+        self.frames = frames if frames is not None else load_frames(
+            cfg.dataset, tuple(self._policy_field("cameras")), self._policy_field("image_size_px"),
+            self._policy_field("use_env_state"), progress=progress)
+        if resume_doc is None:
+            self.config = policy_config(self.frames, cfg)
+            self.vocab = Vocabulary.build(self.frames.tasks)
+            self.normalizer = fit_normalizer(self.frames, self.config)
+        self.tokens = torch.from_numpy(self.vocab.encode_many(self.frames.tasks, self.config.max_words))
+        self.model = FastSlowModel(self.config, len(self.vocab))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.step = 0
+        self.losses: list[tuple[int, float]] = []
+        self.evals: list[dict] = []
+
+    def _policy_field(self, name: str):
+        if hasattr(self, "config"):
+            return getattr(self.config, name)
+        return self.cfg.policy.get(name, getattr(FastSlowConfig, name))
+
+    def resume(self) -> None:
+        """Continue from the checkpoint at `cfg.out` (model, optimizer, step, RNG)."""
+        policy = FastSlowPolicy.load(self.cfg.out)
+        self.model.load_state_dict(policy.model.state_dict())
+        doc = load_training_state(self.cfg.out, self.optimizer, self.rng)
+        self.step = int(doc["step"])
+        self.losses = [tuple(x) for x in doc.get("losses", [])]
+        self.evals = doc.get("evals", [])
+        log.info("resumed %s at step %d", self.cfg.out, self.step)
+
+    def batch(self) -> Batch:
+        cfg, c, f = self.cfg, self.config, self.frames
+        idx = sample_examples(self.rng, cfg.batch_size, f.num_frames, c.horizon, cfg.k_max, cfg.latent_delay_max,
+                              f.episode_start, f.episode_end)
+        image_idx = torch.from_numpy(idx.image)
+        images = [self._shift(f.images[cam][image_idx]) for cam in c.cameras]
+        prefix = None
+        if cfg.rtc_train:
+            prefix = torch.from_numpy(self.rng.integers(0, min(cfg.rtc_max_prefix, c.horizon - 1) + 1, cfg.batch_size))
+        return Batch(images=images, tokens=self.tokens[f.task_ids[idx.image]],
+                     state=torch.from_numpy(f.states[idx.state]), chunk=torch.from_numpy(f.actions[idx.chunk]),
+                     mask=torch.from_numpy(idx.mask), age=torch.from_numpy(idx.age),
+                     env_state=torch.from_numpy(f.env_states[idx.state]) if c.use_env_state else None,
+                     prefix_rows=prefix)
+
+    def _shift(self, images: torch.Tensor) -> torch.Tensor:
+        s = self.cfg.shift_px
+        if s == 0:
+            return images
+        n, _, h, w = images.shape
+        padded = torch.nn.functional.pad(images.float(), (s, s, s, s), mode="replicate").to(torch.uint8)
+        dx, dy = self.rng.integers(0, 2 * s + 1, n), self.rng.integers(0, 2 * s + 1, n)
+        return torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+
+    def policy(self) -> FastSlowPolicy:
+        """The model as a policy (shares the weights; puts the model in eval mode)."""
+        return FastSlowPolicy(self.model, self.normalizer, self.vocab, version=self.step)
+
+    def save(self) -> None:
+        cfg = self.cfg
+        extra = {"step": self.step, "dataset": str(cfg.dataset), "frames": self.frames.num_frames,
+                 "episodes": self.frames.num_episodes, "train_config": _jsonable(asdict(cfg))}
+        self.policy().save(cfg.out, extra)
+        save_training_state(cfg.out, self.optimizer, self.step, self.rng,
+                            {"losses": self.losses, "evals": self.evals})
+
+    def evaluate(self) -> dict:
+        from robotrl.bench.policy import evaluate
+
+        result = evaluate(self.policy(), self.cfg.task, self.cfg.eval_episodes, progress=self.progress)
+        result["step"] = self.step
+        self.evals.append({k: result[k] for k in ("step", "success_rate", "wilson95_low", "wilson95_high",
+                                                  "mean_ticks")})
+        return result
+
+    def train(self, until_step: int | None = None) -> TrainResult:
+        """Train to `cfg.steps` (or stop early at `until_step`, as an interruption would),
+        then save."""
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        last = cfg.steps if until_step is None else min(until_step, cfg.steps)
+        start = time.perf_counter()
+        ema = None
+        with tqdm(total=cfg.steps, initial=self.step, desc="training", unit="step", disable=not self.progress) as bar:
+            while self.step < last:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr_at(self.step, cfg)
+                self.model.train()
+                loss = flow_matching_loss(self.model, self.normalizer, self.batch(), cfg.flow_samples)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                self.optimizer.step()
+                self.step += 1
+                value = float(loss.detach())
+                ema = value if ema is None else 0.98 * ema + 0.02 * value
+                if self.step % 25 == 0 or self.step == 1:
+                    self.losses.append((self.step, value))
+                    bar.set_postfix(loss=f"{ema:.4f}")
+                bar.update(1)
+                out_of_time = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
+                if cfg.eval_every and cfg.eval_episodes and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                    r = self.evaluate()
+                    bar.write(f"step {self.step}: success {r['success_rate']:.0%} "
+                              f"[{r['wilson95_low']:.0%}, {r['wilson95_high']:.0%}]")
+                if self.step % cfg.save_every == 0 or out_of_time:
+                    self.save()
+                if out_of_time:
+                    log.warning("time budget of %.0f s reached at step %d", cfg.time_budget_s, self.step)
+                    break
+        if cfg.eval_episodes and self.step == cfg.steps:
+            self.evaluate()
+        self.save()
+        return TrainResult(self.policy(), self.step, time.perf_counter() - start, self.losses, self.evals,
+                           self.model.num_parameters)
+
+
+def train(cfg: TrainConfig, resume: bool = False, frames: FrameTable | None = None,
+          progress: bool = True) -> TrainResult:
+    if not resume and _has_training_state(cfg.out):
+        raise ConfigError(f"{cfg.out} already holds a training run; pass --resume to continue it "
+                          "or choose another --out")
+    if resume and not _has_training_state(cfg.out):
+        raise ConfigError(f"nothing to resume at {cfg.out}")
+    trainer = Trainer(cfg, frames, progress)
+    if resume:
+        trainer.resume()
+    return trainer.train()
+
+
+def _has_training_state(path: Path) -> bool:
+    from robotrl.train.state import JSON_FILE
+
+    return (Path(path) / JSON_FILE).is_file()
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}

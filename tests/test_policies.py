@@ -1,0 +1,194 @@
+"""Fast/slow policy: RTC maths (golden), vocabulary, shapes and units, determinism,
+checkpoints, and clear errors on bad input. Untrained weights: fast, no dataset."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from robotrl.hardware.errors import ConfigError
+from robotrl.policies.base import ChunkPolicy, PolicyObservation
+from robotrl.policies.checkpoint import write_checkpoint
+from robotrl.policies.fastslow import FastSlowConfig, FastSlowPolicy, flow
+from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.normalize import Normalizer
+from robotrl.policies.fastslow.vocab import Vocabulary
+from robotrl.policies.loading import load_policy
+
+H, A = 8, 6
+HOME = np.array([0.0, -1.2, 1.1, 1.3, 0.0, 0.0])
+
+
+# --- RTC maths ---------------------------------------------------------------------
+
+def test_rtc_weights_golden():
+    # H = 8, s = 2, d = 2: rows 0, 1 frozen (1); rows 2..5 decay with
+    # c_i = (H - s - i) / (H - s - d + 1) = (6 - i) / 5 -> 0.8, 0.6, 0.4, 0.2 and
+    # w = c (e^c - 1) / (e - 1); rows 6, 7 (the last s) free (0).
+    w = flow.rtc_weights(8, 2, 2)
+    expected = [1, 1] + [c * (math.exp(c) - 1) / (math.e - 1) for c in (0.8, 0.6, 0.4, 0.2)] + [0, 0]
+    np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
+    # e.g. c = 0.8: 0.8 * (2.22554 - 1) / 1.71828 = 0.57059; c = 0.2: 0.2 * 0.22140 / 1.71828 = 0.02577.
+    np.testing.assert_allclose(w[2:6].numpy(), [0.57059, 0.28707, 0.11449, 0.02577], atol=1e-5)
+    # d = 0: nothing frozen, row 0 has c = 6 / 7.
+    assert flow.rtc_weights(8, 2, 0)[0] == pytest.approx(6 / 7 * (math.exp(6 / 7) - 1) / (math.e - 1), rel=1e-6)
+
+
+def test_rtc_guidance_scale_golden():
+    # tau = 0: the ratio is infinite -> beta.
+    assert flow.rtc_guidance_scale(0.0, 5.0) == 5.0
+    # tau = 0.5: r2 = 0.25 / (0.25 + 0.25) = 0.5; (1 - tau) / (tau r2) = 0.5 / 0.25 = 2.
+    assert flow.rtc_guidance_scale(0.5, 5.0) == pytest.approx(2.0)
+    # tau = 0.9: r2 = 0.01 / 0.82; 0.1 / (0.9 * 0.0122) = 9.1 -> capped at beta = 5.
+    assert flow.rtc_guidance_scale(0.9, 5.0) == 5.0
+    assert flow.rtc_guidance_scale(1.0, 5.0) == 0.0
+
+
+def test_rtc_guided_velocity_golden_on_a_linear_field():
+    # v(x) = -x: A1_hat = x + (1 - tau)(-x) = tau x, dA1_hat/dx = tau I.
+    # x = 1, target 0, tau = 0.5 (scale 2): v_guided = -1 + 2 * 0.5 * W * (0 - 0.5) = -1 - 0.5 W.
+    x = torch.ones(1, 3, 2)
+    w = torch.tensor([1.0, 0.5, 0.0])
+    v = flow.rtc_guided_velocity(lambda a, t: -a, x, 0.5, torch.zeros(1, 3, 2), w, beta=5.0)
+    np.testing.assert_allclose(v[0, :, 0].numpy(), [-1.5, -1.25, -1.0])
+    assert not x.requires_grad  # the caller's tensor is untouched
+
+
+def test_euler_sampling_and_clean_prefix():
+    # The straight-path velocity (x1 - x0) is integrated exactly by Euler steps.
+    x0, x1 = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    out = flow.sample(lambda x, t: x1 - x0, x0, steps=5)
+    torch.testing.assert_close(out, x1)
+    # Training-time RTC at inference: prefix rows are held clean and seen with tau = 1.
+    seen = []
+    out = flow.sample(lambda x, t: seen.append(t.clone()) or torch.zeros_like(x), x0, steps=3, prefix=x1,
+                      prefix_rows=2)
+    torch.testing.assert_close(out[:, :2], x1[:, :2])
+    torch.testing.assert_close(out[:, 2:], x0[:, 2:])
+    assert all(torch.all(t[:, :2] == 1) for t in seen) and seen[1][0, 2] == pytest.approx(1 / 3)
+    assert flow.prefix_tau(torch.tensor([0.25]), torch.tensor([1]), 3).tolist() == [[1.0, 0.25, 0.25]]
+
+
+def test_vocabulary():
+    vocab = Vocabulary.build(["Put the red cube in the bin", "put the blue cube in the bin"])
+    assert vocab.tokens[:2] == ["<pad>", "<unk>"] and "blue" in vocab.tokens
+    ids = vocab.encode("put the GREEN cube!", 6)
+    assert ids.tolist() == [vocab.index["put"], vocab.index["the"], 1, vocab.index["cube"], 0, 0]
+    assert vocab.encode("", 3).tolist() == [0, 0, 0]
+    assert len(vocab.encode("a " * 20, 4)) == 4
+
+
+# --- an untrained policy -----------------------------------------------------------
+
+def make_policy(seed: int = 0, **overrides) -> FastSlowPolicy:
+    cfg = FastSlowConfig(**{"width": 32, "cnn_channels": (8, 16, 16), "expert_hidden": 64, "expert_blocks": 1,
+                            "horizon": H, "execute_steps": 2, "image_size_px": 32, "flow_steps": 3, **overrides})
+    torch.manual_seed(0)
+    model = FastSlowModel(cfg, vocab_size=6)
+    with torch.no_grad():  # the zero-initialised output layer would make every chunk the mean
+        model.expert.out.weight.normal_(0, 0.02)
+    norm = Normalizer("delta", HOME, np.full(6, 0.3), np.zeros((H, A)), np.full((H, A), 0.05),
+                      np.zeros(3) if cfg.use_env_state else None, np.ones(3) if cfg.use_env_state else None)
+    vocab = Vocabulary(["<pad>", "<unk>", "put", "red", "blue", "cube"])
+    return FastSlowPolicy(model, norm, vocab, seed=seed)
+
+
+def obs(**kw) -> PolicyObservation:
+    rng = np.random.default_rng(1)
+    images = {c: rng.integers(0, 255, (48, 48, 3), dtype=np.uint8) for c in ("front", "wrist")}
+    return PolicyObservation(**{"state_rad": HOME.copy(), "tick": 10, "instruction": "put red cube",
+                                "images": images, **kw})
+
+
+def test_chunk_shape_units_and_protocol():
+    policy = make_policy()
+    assert isinstance(policy, ChunkPolicy)
+    chunk = policy.predict_chunk(obs(delay_ticks=3))
+    assert chunk.actions_rad.shape == (H, A) and chunk.actions_rad.dtype == np.float64
+    assert chunk.start_tick == 13 and np.all(np.isfinite(chunk.actions_rad))
+    # Delta mode: rows are the state plus a few std (0.05 rad) of normalised output.
+    assert np.abs(chunk.actions_rad - HOME).max() < 0.5
+    meta = policy.metadata
+    assert (meta.policy_type, meta.horizon, meta.action_dim, meta.cameras) == ("fastslow_flow", H, A, ("front", "wrist"))
+    assert len(meta.normalization_id) == 16
+    latent = policy.encode_slow(obs())
+    assert latent.shape == (3, 32)  # text token + one per camera
+
+
+def test_same_seed_same_chunk_different_seed_different_chunk():
+    a = make_policy(seed=0).predict_chunk(obs()).actions_rad
+    b = make_policy(seed=0).predict_chunk(obs()).actions_rad
+    c = make_policy(seed=1).predict_chunk(obs()).actions_rad
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_checkpoint_round_trip_is_bitwise(tmp_path):
+    policy = make_policy(seed=3)
+    policy.save(tmp_path / "ck")
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["config.json", "model.safetensors"]
+    loaded = load_policy(tmp_path / "ck", seed=3)
+    for o in (obs(), obs(tick=11, instruction="put blue cube", delay_ticks=2)):
+        np.testing.assert_array_equal(loaded.predict_chunk(o).actions_rad, policy.predict_chunk(o).actions_rad)
+
+
+def test_inference_rtc_guidance_follows_the_prefix():
+    policy = make_policy()
+    prefix = np.tile(HOME + 0.05, (6, 1))  # 6 committed rows, 0.05 rad (1 std) away
+    free = policy.predict_chunk(obs(delay_ticks=2)).actions_rad
+    guided = policy.predict_chunk(obs(delay_ticks=2, prefix_rad=prefix)).actions_rad
+    np.testing.assert_array_equal(guided[:2], prefix[:2])  # the first d rows are frozen
+    # The guided rows d..H-s are pulled toward the prefix.
+    assert np.abs(guided[2:6] - prefix[2:6]).mean() < np.abs(free[2:6] - prefix[2:6]).mean()
+    policy.rtc_guidance = False
+    unguided = policy.predict_chunk(obs(delay_ticks=2, prefix_rad=prefix)).actions_rad
+    np.testing.assert_array_equal(unguided[2:], free[2:])
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"state_rad": np.zeros(5)}, "state_rad has shape"),
+    ({"state_rad": np.full(6, np.nan)}, "NaN"),
+    ({"images": {"front": np.zeros((32, 32, 3), np.uint8)}}, "camera 'wrist'"),
+    ({"images": {"front": np.zeros((32, 32), np.uint8), "wrist": np.zeros((32, 32, 3), np.uint8)}}, "image 'front'"),
+    ({"images": {"front": np.zeros((32, 32, 3)), "wrist": np.zeros((32, 32, 3), np.uint8)}}, "uint8"),
+    ({"prefix_rad": np.zeros((3, 4))}, "prefix_rad"),
+    ({"delay_ticks": -1}, "delay_ticks"),
+])
+def test_bad_observations_raise_clear_errors(change, match):
+    with pytest.raises(ValueError, match=match):
+        make_policy().predict_chunk(obs(**change))
+
+
+def test_env_state_policy_needs_env_state():
+    policy = make_policy(use_env_state=True, env_state_dim=3)
+    with pytest.raises(ValueError, match="env_state"):
+        policy.predict_chunk(obs())
+    with pytest.raises(ValueError, match=r"env_state has shape \(2,\)"):
+        policy.predict_chunk(obs(env_state=np.zeros(2)))
+    assert policy.predict_chunk(obs(env_state=np.zeros(3))).actions_rad.shape == (H, A)
+
+
+def test_loading_the_wrong_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_policy(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="config.json"):
+        load_policy(tmp_path / "empty")
+    write_checkpoint(tmp_path / "sac", "sac_mlp", {"w": torch.zeros(1)}, {})
+    with pytest.raises(ConfigError, match="'sac_mlp'"):
+        load_policy(tmp_path / "sac")
+    with pytest.raises(ConfigError, match="holds a 'sac_mlp' policy, not 'fastslow_flow'"):
+        FastSlowPolicy.load(tmp_path / "sac")
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"execute_steps": 20}, "execute_steps"), ({"action_mode": "velocity"}, "action_mode"),
+    ({"use_env_state": True}, "env_state_dim"), ({"horizon": 0}, "horizon"),
+])
+def test_config_validation(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        FastSlowConfig(**bad)
+    assert FastSlowConfig.from_dict(FastSlowConfig().to_dict()) == FastSlowConfig()
