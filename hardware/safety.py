@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from robotrl.clock import Clock, WallClock
 from robotrl.hardware.errors import ConfigError, SafetyTrip
-from robotrl.hardware.kinematics import Kinematics
-from robotrl.hardware.models import get_arm
 from robotrl.hardware.robot import Robot, RobotSpec, RobotState
+
+if TYPE_CHECKING:
+    from robotrl.hardware.kinematics import Kinematics
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +135,12 @@ class SafeRobot:
         self.robot = robot
         self.limits = limits
         self.clock = clock if clock is not None else getattr(robot, "clock", WallClock())
-        self.kinematics = kinematics if kinematics is not None else Kinematics(get_arm(robot.spec.name))
+        if kinematics is None:  # pinocchio loads here, not on import: the pure clamps stay light
+            from robotrl.hardware.kinematics import Kinematics
+            from robotrl.hardware.models import get_arm
+
+            kinematics = Kinematics(get_arm(robot.spec.name))
+        self.kinematics = kinematics
         spec = robot.spec
         self._max_step = spec.max_velocity_rad_s * limits.velocity_scale * spec.dt_s
         self._low = np.asarray(limits.workspace_min_m, dtype=np.float64)

@@ -230,8 +230,9 @@ def run(repeats: int = 1, progress: Callable[[str], None] = lambda _: None) -> d
     result = {"requests_per_variant": requests, "warmup": WARMUP, "rows": rows, "target_p99_overhead_ms": 1.0}
     try:
         import grpc  # noqa: F401
+        import lerobot.transport.services_pb2  # noqa: F401
     except ImportError as exc:
-        result["lerobot_baseline"] = f"skipped: grpc is not importable ({exc}); pip install 'lerobot[async]'"
+        result["lerobot_baseline"] = f"skipped: lerobot's gRPC stubs are not importable ({exc}); pip install 'lerobot[async]'"
         return result
     result["lerobot_baseline"] = "lerobot 0.6.1 AsyncInference stubs, pickled payloads, same process"
     for model_s in MODEL_S:
