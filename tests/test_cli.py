@@ -74,3 +74,18 @@ def test_bench_sim_writes_results(tmp_path, capsys):
     results = json.loads((tmp_path / "sim" / "results.json").read_text())
     assert results["raw_mj_step_per_s"] > 1000 and results["control_steps_per_s"] > 100
     assert results["render_fps_224"] > 1
+
+
+@pytest.mark.slow
+def test_demo_runs_every_stage_with_tiny_budgets(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--episodes", "1", "--record-episodes", "3", "--train-minutes", "0.2",
+                 "--deploy-episodes", "1", "--latency-episodes", "1"]) == 0
+    text = capsys.readouterr().out
+    for stage in range(1, 6):
+        assert f"stage {stage}/5" in text
+    assert (out / "dataset" / "meta" / "info.json").is_file()
+    assert (out / "policy" / "model.safetensors").is_file()
+    assert (out / "bench" / "latency" / "report.md").is_file()
+    assert "inference delay (ticks)" in text  # the deploy stage ran over the local server

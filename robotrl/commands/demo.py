@@ -3,9 +3,13 @@ no hardware, no network). Each stage builds on the one before:
 
 1. scripted-expert rollouts of every task through the full safety layer;
 2. recording an expert dataset (LeRobotDataset v3) of the `reach` task;
-3. training a fast/slow flow-matching chunk policy on it (a few CPU minutes);
+3. training a fast/slow flow-matching chunk policy on it (a few CPU minutes; the fast
+   pathway also reads the privileged target position, since a 64 px ball is hard to
+   learn from pixels in minutes);
 4. deploying that policy asynchronously (local inference server, VLASH execution) to the
-   shifted-physics scenario at 30 Hz on the wall clock.
+   shifted-physics scenario at 30 Hz on the wall clock;
+5. a short latency benchmark (stepped, injected delay): sync vs naive vs VLASH, with
+   report.md and PNG plots.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-STAGES = 4
+STAGES = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-size", type=int, default=64, help="stages 2-4: camera size in pixels (default: 64)")
     parser.add_argument("--train-minutes", type=float, default=4.0, help="stage 3: training time budget (default: 4)")
     parser.add_argument("--deploy-episodes", type=int, default=5, help="stage 4: deployed episodes (default: 5)")
+    parser.add_argument("--latency-episodes", type=int, default=10,
+                        help="stage 5: episodes per mode and delay in the latency benchmark (default: 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
 
 
@@ -35,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = stage_record(args)
     policy = stage_train(args, dataset)
     stage_deploy(args, policy)
+    stage_latency(args, policy)
     return 0
 
 
@@ -97,7 +104,7 @@ def stage_train(args: argparse.Namespace, dataset: Path) -> Path:
     out = args.out / "policy"
     shutil.rmtree(out, ignore_errors=True)
     _cli(["train", "--dataset", str(dataset), "--out", str(out), "--minutes", str(args.train_minutes),
-          "--image-size", str(args.image_size), "--task", "reach", "--eval-episodes", "10"])
+          "--image-size", str(args.image_size), "--task", "reach", "--eval-episodes", "10", "--env-state"])
     return out
 
 
@@ -105,3 +112,12 @@ def stage_deploy(args: argparse.Namespace, policy: Path) -> None:
     _banner(4, "asynchronous deploy (local inference server, VLASH) to the shifted scenario at 30 Hz")
     _cli(["deploy", "--robot", "sim", "--task", "reach", "--policy", str(policy), "--scenario", "shifted",
           "--mode", "vlash", "--episodes", str(args.deploy_episodes), "--seed", str(args.seed + 1000)])
+
+
+def stage_latency(args: argparse.Namespace, policy: Path) -> None:
+    _banner(5, "latency benchmark: sync vs naive vs VLASH under injected inference delay (stepped)")
+    out = args.out / "bench"
+    shutil.rmtree(out, ignore_errors=True)
+    _cli(["bench", "latency", "--policy", str(policy), "--task", "reach", "--delays", "0,4",
+          "--modes", "sync,naive,vlash", "--episodes", str(args.latency_episodes), "--out", str(out)])
+    print(f"report and plots: {out / 'latency'}/ (report.md, *.png)")
