@@ -192,3 +192,65 @@ def test_server_killed_mid_run_arm_holds_then_resumes():
         client.close()
         server.stop()
         env.close()
+
+
+class ReachTargetPolicy:
+    """A privileged chunk policy: rows walk the fingertip from the (forwarded) state
+    straight to `obs.env_state` (the reach target) at 0.25 m/s, through pinocchio IK."""
+
+    def __init__(self) -> None:
+        from robotrl.hardware.kinematics import Kinematics
+        from robotrl.hardware.models import get_arm
+
+        self.kin = Kinematics(get_arm("so101"))
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return PolicyMetadata("reach_target", H, 6, 30.0, 6, env_state_dim=3)
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        q = np.asarray(obs.state_rad, dtype=np.float64)
+        point = self.kin.ee_position(q)
+        rows = []
+        for _ in range(H):
+            step = np.asarray(obs.env_state, dtype=np.float64) - point
+            point = point + step * min(1.0, (0.25 / 30.0) / max(np.linalg.norm(step), 1e-9))
+            q = self.kin.ik(point, q, joints=slice(0, 4), max_step_rad=0.08, max_iters=20).q_rad
+            rows.append(q.copy())
+        return ActionChunk(np.stack(rows), obs.tick + obs.delay_ticks)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_four_simulated_arms_on_one_server_each_reach_their_own_target():
+    """Four MuJoCo arms in real time, one server: every arm gets chunks toward its own
+    target (a mix-up would send an arm to another arm's target and fail)."""
+    envs = [TaskEnv("reach", cameras=(), clock=WallClock()) for _ in range(4)]
+    with PolicyServer(ReachTargetPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=1)) as server:
+        results = [None] * 4
+
+        def drive(i: int) -> None:
+            env = envs[i]
+            env.reset(100 + i)
+            client = ClientSocket(server.endpoint, robot_id=f"arm{i}", heartbeat_s=0.5)
+            try:
+                info = client.connect(timeout_s=5)
+                robot = EnvRobot(env)
+                executor = Executor(robot, RemoteChunkSource(client, f"arm{i}", 6), H, "vlash",
+                                    lost_errors=(WireError,), env_state=lambda: env.task.env_state(env.sim),
+                                    delay=DelayEstimator(initial_ticks=initial_delay_ticks(info, 30.0)))
+                while robot.last_step is None or not robot.last_step.done:
+                    executor.tick()
+                results[i] = (robot.last_step.success, env.task.jump_tick, env.tick)
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=drive, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    for env in envs:
+        env.close()
+    assert all(r is not None and r[0] for r in results), results
