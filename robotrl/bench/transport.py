@@ -127,7 +127,7 @@ def _summary(transport: str, images: str, model_s: float, bytes_sent: int, rt: n
     return row
 
 
-# ---- lerobot 0.6.1 baseline: its gRPC stubs and pickled payloads (pickle ONLY here) ----
+# ---- lerobot 0.6.1 baseline: its gRPC stubs and its own (pickle-based) serialisation helpers ----
 
 @contextlib.contextmanager
 def _quiet_root_logger() -> Iterator[None]:
@@ -146,7 +146,8 @@ def _import_lerobot() -> tuple:
     `lerobot.async_inference` may create ./logs, so it happens in a temporary folder."""
     import grpc
     from lerobot.transport import services_pb2, services_pb2_grpc
-    from lerobot.transport.utils import grpc_channel_options, receive_bytes_in_chunks, send_bytes_in_chunks
+    from lerobot.transport.utils import (bytes_to_python_object, grpc_channel_options, python_object_to_bytes,
+                                         receive_bytes_in_chunks, send_bytes_in_chunks)
 
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,19 +157,18 @@ def _import_lerobot() -> tuple:
         finally:
             os.chdir(cwd)
     return (grpc, services_pb2, services_pb2_grpc, grpc_channel_options, receive_bytes_in_chunks,
-            send_bytes_in_chunks, TimedAction, TimedObservation)
+            send_bytes_in_chunks, TimedAction, TimedObservation, python_object_to_bytes, bytes_to_python_object)
 
 
 def measure_lerobot(model_s: float, requests: int) -> dict:
     """Round trips through lerobot's AsyncInference gRPC service, as its robot client
     and policy server do them (send the observation, then ask for the actions)."""
-    import pickle  # lerobot baseline only: reproduces the incumbent's wire format
     from concurrent import futures
 
     import torch
 
     (grpc, pb2, pb2_grpc, channel_options, receive_chunks, send_chunks, TimedAction,
-     TimedObservation) = _import_lerobot()
+     TimedObservation, to_bytes, from_bytes) = _import_lerobot()
     chunk = torch.linspace(0, 1, CHUNK_SHAPE[0] * CHUNK_SHAPE[1]).reshape(CHUNK_SHAPE)
     model_ns: list[int] = []
 
@@ -178,7 +178,7 @@ def measure_lerobot(model_s: float, requests: int) -> dict:
             self.shutdown = threading.Event()
 
         def SendObservations(self, request_iterator, context):  # noqa: N802 (gRPC name)
-            self.observations.append(pickle.loads(receive_chunks(request_iterator, None, self.shutdown)))
+            self.observations.append(from_bytes(receive_chunks(request_iterator, None, self.shutdown)))
             return pb2.Empty()
 
         def GetActions(self, request, context):  # noqa: N802 (gRPC name)
@@ -189,7 +189,7 @@ def measure_lerobot(model_s: float, requests: int) -> dict:
             model_ns.append(time.perf_counter_ns() - t0)
             actions = [TimedAction(timestamp=obs.timestamp + i / 30, timestep=obs.timestep + i, action=a)
                        for i, a in enumerate(list(chunk))]
-            return pb2.Actions(data=pickle.dumps(actions))
+            return pb2.Actions(data=to_bytes(actions))
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb2_grpc.add_AsyncInferenceServicer_to_server(Servicer(), server)
@@ -205,9 +205,9 @@ def measure_lerobot(model_s: float, requests: int) -> dict:
         with _quiet_root_logger():
             for i in range(WARMUP + requests):
                 t0 = time.perf_counter_ns()
-                data = pickle.dumps(TimedObservation(timestamp=time.time(), timestep=i, observation=raw, must_go=True))
+                data = to_bytes(TimedObservation(timestamp=time.time(), timestep=i, observation=raw, must_go=True))
                 stub.SendObservations(send_chunks(data, pb2.Observation), timeout=TIMEOUT_S)
-                actions = pickle.loads(stub.GetActions(pb2.Empty(), timeout=TIMEOUT_S).data)
+                actions = from_bytes(stub.GetActions(pb2.Empty(), timeout=TIMEOUT_S).data)
                 rts.append((time.perf_counter_ns() - t0) / 1e6)
                 if len(actions) != CHUNK_SHAPE[0]:
                     raise RuntimeError(f"lerobot baseline returned {len(actions)} actions, not {CHUNK_SHAPE[0]}")
