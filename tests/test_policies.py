@@ -164,6 +164,7 @@ def test_bad_observations_raise_clear_errors(change, match):
 
 def test_env_state_policy_needs_env_state():
     policy = make_policy(use_env_state=True, env_state_dim=3)
+    assert policy.metadata.env_state_dim == 3 and make_policy().metadata.env_state_dim == 0
     with pytest.raises(ValueError, match="env_state"):
         policy.predict_chunk(obs())
     with pytest.raises(ValueError, match=r"env_state has shape \(2,\)"):

@@ -20,7 +20,7 @@ from robotrl.record.writer import DatasetWriter
 from robotrl.train.data import load_frames
 from robotrl.train.sampling import (chunk_indices, delayed_frame_index, example_indices, offset_state_index,
                                     sample_examples)
-from robotrl.train.trainer import TrainConfig, Trainer, train
+from robotrl.train.trainer import TrainConfig, Trainer, lr_at, train
 
 TINY = {"width": 32, "cnn_channels": (8, 16, 16), "expert_hidden": 64, "expert_blocks": 2, "horizon": 6,
         "execute_steps": 3, "image_size_px": 32, "flow_steps": 4, "max_words": 6}
@@ -74,6 +74,15 @@ def test_sampled_examples_stay_inside_their_episode():
     assert np.all((ex.chunk >= ep_start[:, None]) & (ex.chunk < ep_end[:, None]))
     assert np.all((ex.age >= 0) & (ex.age <= 8 + 4))
     assert ex.age.max() >= 8  # offsets and delays really happen
+
+
+def test_learning_rate_schedule():
+    cfg = TrainConfig(dataset=".", out=".", steps=1100, lr=1e-3, warmup_steps=100)
+    assert lr_at(0, cfg) == pytest.approx(1e-5)           # warm-up: lr * 1 / 100
+    assert lr_at(99, cfg) == pytest.approx(1e-3)
+    assert lr_at(600, cfg) == pytest.approx(0.55e-3)      # half-way: 0.1 + 0.9 * 0.5 = 0.55
+    assert lr_at(1100, cfg) == pytest.approx(1e-4)        # the end: 0.1 * lr
+    assert lr_at(200, cfg, time_fraction=1.0) == pytest.approx(1e-4)  # the time budget ran out first
 
 
 # --- a tiny synthetic dataset with the recorder's layout --------------------------------

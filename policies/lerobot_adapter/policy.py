@@ -80,8 +80,9 @@ class LerobotChunkPolicy:
     def metadata(self) -> PolicyMetadata:
         cams = tuple(k[len(IMAGE_PREFIX):] for k in self._image_keys)
         size = self._image_shapes[self._image_keys[0]][-1] if cams else 0
+        env_dim = int(self.config.input_features[ENV_KEY].shape[0]) if self._uses_env else 0
         return PolicyMetadata(f"lerobot_{self.config.type}", self.horizon, self._action_dim, self._control_rate_hz,
-                              self._state_dim, cams, size, "")
+                              self._state_dim, cams, size, "", env_state_dim=env_dim)
 
     @property
     def horizon(self) -> int:

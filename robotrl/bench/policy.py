@@ -50,8 +50,11 @@ def make_env(policy: ChunkPolicy, task: str, scenario: str = "nominal") -> TaskE
 
 
 def run_chunked_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, execute_steps: int,
-                        slow_every: int = 1) -> ChunkedEpisode:
-    """One episode of synchronous chunked execution; `execute_steps` rows per chunk."""
+                        slow_every: int = 1, rtc_prefix: bool = False) -> ChunkedEpisode:
+    """One episode of synchronous chunked execution; `execute_steps` rows per chunk.
+
+    rtc_prefix: give each request the previous chunk's unexecuted rows as
+    `prefix_rad` (delay 0), so an RTC-capable policy continues its plan smoothly."""
     stats = env.robot.stats
     clamps_before = stats.step_clamps + stats.limit_clamps + stats.workspace_clamps
     obs = env.reset(seed)
@@ -60,8 +63,11 @@ def run_chunked_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, execute_st
     latent, latent_tick, total, chunks = None, 0, 0.0, 0
     out = ChunkedEpisode(result=None, chunks=0)  # type: ignore[arg-type]
     step = None
+    remaining = None
     while step is None or not step.done:
         pobs = to_policy_observation(obs)
+        if rtc_prefix and remaining is not None and len(remaining):
+            pobs.prefix_rad = remaining
         start = time.perf_counter()
         if encode is not None:
             if latent is None or chunks % slow_every == 0:
@@ -72,6 +78,7 @@ def run_chunked_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, execute_st
             chunk = policy.predict_chunk(pobs)
         out.predict_s.append(time.perf_counter() - start)
         chunks += 1
+        remaining = chunk.actions_rad[execute_steps:]
         for row in chunk.actions_rad[:execute_steps]:
             step = env.step(row)
             total += step.reward
@@ -86,7 +93,7 @@ def run_chunked_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, execute_st
 
 def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int = EVAL_SEED0,
              execute_steps: int | None = None, scenario: str = "nominal", slow_every: int = 1,
-             progress: bool = True) -> dict:
+             rtc_prefix: bool = False, progress: bool = True) -> dict:
     """Success rate with its 95% Wilson interval, returns, lengths, timing, latent ages."""
     from tqdm import tqdm
 
@@ -99,7 +106,7 @@ def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int =
     try:
         for seed in tqdm(range(seed0, seed0 + episodes), desc=f"eval {task}", unit="ep", disable=not progress,
                          leave=False):
-            runs.append(run_chunked_episode(env, policy, seed, s, slow_every))
+            runs.append(run_chunked_episode(env, policy, seed, s, slow_every, rtc_prefix))
     finally:
         env.close()
     results = [r.result for r in runs]
@@ -110,7 +117,7 @@ def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int =
     return {
         "policy_type": meta.policy_type, "task": task, "scenario": scenario, "episodes": episodes,
         "seeds": [seed0, seed0 + episodes - 1], "execute_steps": s, "horizon": meta.horizon,
-        "slow_every": slow_every, "successes": wins, "success_rate": wins / episodes,
+        "slow_every": slow_every, "rtc_prefix": rtc_prefix, "successes": wins, "success_rate": wins / episodes,
         "wilson95_low": low, "wilson95_high": high,
         "mean_return": float(np.mean([r.return_ for r in results])),
         "mean_ticks": float(np.mean([r.ticks for r in results])),
@@ -127,7 +134,8 @@ def summary_rows(results: dict) -> list[tuple[str, object]]:
     return [
         ("policy", r["policy_type"]), ("task / scenario", f"{r['task']} / {r['scenario']}"),
         ("episodes (seeds)", f"{r['episodes']} ({r['seeds'][0]}..{r['seeds'][1]})"),
-        ("execution", f"synchronous, {r['execute_steps']} of {r['horizon']} rows per chunk"),
+        ("execution", f"synchronous, {r['execute_steps']} of {r['horizon']} rows per chunk"
+                      + (", RTC prefix" if r.get("rtc_prefix") else "")),
         ("success", f"{r['successes']}/{r['episodes']} = {r['success_rate']:.1%}"),
         ("Wilson 95% interval", f"[{r['wilson95_low']:.1%}, {r['wilson95_high']:.1%}]"),
         ("mean return", round(r["mean_return"], 3)), ("mean episode ticks", round(r["mean_ticks"], 1)),

@@ -38,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="policy: rows executed per chunk (default: the checkpoint's); latency, sim2sim: s, rows "
                              "per chunk in sync mode and the time model (default: 15, 0.5 s at 30 Hz)")
     parser.add_argument("--slow-every", type=int, default=1, help="policy: chunks per slow-latent refresh (default: 1)")
+    parser.add_argument("--rtc-prefix", action="store_true",
+                        help="policy: pass the previous chunk's unexecuted rows as the RTC prefix")
     parser.add_argument("--delays", help="latency: injected delays in ticks, N or LOW-HIGH (uniform) (default: "
                                          "0,1,2,4,8); sim2sim: scenario A's delay (default: 2)")
     parser.add_argument("--jitter", action="store_true", help="latency: add the jittered delay d ~ U{2..6}")
@@ -124,7 +126,8 @@ def _bench_policy(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)  # small models: a second OpenMP thread only helps on an idle machine
     results = policy_bench.evaluate(load_policy(args.policy), args.task, args.episodes, scenario=args.scenario,
-                                    execute_steps=args.execute_steps, slow_every=args.slow_every)
+                                    execute_steps=args.execute_steps, slow_every=args.slow_every,
+                                    rtc_prefix=args.rtc_prefix)
     results["checkpoint"] = str(args.policy)
     print(format_table(("metric", "value"), policy_bench.summary_rows(results)))
     return results

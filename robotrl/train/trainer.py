@@ -74,7 +74,8 @@ class TrainConfig:
     task: str | None = None
     """Simulated task for evaluation (reach, pick_place)."""
     time_budget_s: float | None = None
-    """Stop (and save) after this much wall time, whatever `steps` says."""
+    """Stop (and save) after this much wall time of training, whatever `steps` says; the
+    learning rate then decays on whichever runs out first (not bitwise resumable)."""
     policy: dict = field(default_factory=dict)
     """FastSlowConfig overrides (horizon, image_size_px, use_env_state, action_mode, ...)."""
 
@@ -99,11 +100,12 @@ class TrainResult:
     num_parameters: int
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up to `lr`, then cosine to 0.1 * lr at `steps`."""
+def lr_at(step: int, cfg: TrainConfig, time_fraction: float = 0.0) -> float:
+    """Linear warm-up to `lr`, then cosine to 0.1 * lr at `steps`, or earlier when the
+    time budget runs out first (`time_fraction` = elapsed / budget)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    progress = min(1.0, max((step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps), time_fraction))
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -226,8 +228,10 @@ class Trainer:
         ema = None
         with tqdm(total=cfg.steps, initial=self.step, desc="training", unit="step", disable=not self.progress) as bar:
             while self.step < last:
+                elapsed_s = time.perf_counter() - start
+                time_fraction = elapsed_s / cfg.time_budget_s if cfg.time_budget_s else 0.0
                 for group in self.optimizer.param_groups:
-                    group["lr"] = lr_at(self.step, cfg)
+                    group["lr"] = lr_at(self.step, cfg, time_fraction)
                 self.model.train()
                 loss = flow_matching_loss(self.model, self.normalizer, self.batch(), cfg.flow_samples)
                 self.optimizer.zero_grad(set_to_none=True)
