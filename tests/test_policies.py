@@ -72,6 +72,16 @@ def test_euler_sampling_and_clean_prefix():
     assert flow.prefix_tau(torch.tensor([0.25]), torch.tensor([1]), 3).tolist() == [[1.0, 0.25, 0.25]]
 
 
+def test_end_effector_features():
+    from robotrl.policies.fastslow.features import EndEffectorFeatures
+
+    feats = EndEffectorFeatures("so101")(np.stack([HOME, HOME + 0.1]))
+    assert feats.shape == (2, 9) and feats.dtype == np.float32
+    # Home: the fingertip frame sits 0.159 m ahead of the base, 0.051 m above the table.
+    np.testing.assert_allclose(feats[0, :3], [0.1585, 0.0, 0.0509], atol=1e-3)
+    np.testing.assert_allclose(np.linalg.norm(feats[:, 3:6], axis=1), 1.0, atol=1e-5)  # unit axes
+
+
 def test_vocabulary():
     vocab = Vocabulary.build(["Put the red cube in the bin", "put the blue cube in the bin"])
     assert vocab.tokens[:2] == ["<pad>", "<unk>"] and "blue" in vocab.tokens
@@ -90,8 +100,10 @@ def make_policy(seed: int = 0, **overrides) -> FastSlowPolicy:
     model = FastSlowModel(cfg, vocab_size=6)
     with torch.no_grad():  # the zero-initialised output layer would make every chunk the mean
         model.expert.out.weight.normal_(0, 0.02)
+    env, ee = cfg.use_env_state, bool(cfg.ee_features_arm)
     norm = Normalizer("delta", HOME, np.full(6, 0.3), np.zeros((H, A)), np.full((H, A), 0.05),
-                      np.zeros(3) if cfg.use_env_state else None, np.ones(3) if cfg.use_env_state else None)
+                      np.zeros(3) if env else None, np.ones(3) if env else None,
+                      np.zeros(9) if ee else None, np.full(9, 0.1) if ee else None)
     vocab = Vocabulary(["<pad>", "<unk>", "put", "red", "blue", "cube"])
     return FastSlowPolicy(model, norm, vocab, seed=seed)
 
@@ -124,6 +136,18 @@ def test_same_seed_same_chunk_different_seed_different_chunk():
     c = make_policy(seed=1).predict_chunk(obs()).actions_rad
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
+
+
+def test_batched_chunks_match_single_requests():
+    policy = make_policy(use_env_state=True, env_state_dim=3, ee_features_arm="so101")
+    observations = [obs(env_state=np.zeros(3)), obs(tick=12, state_rad=HOME + 0.1, env_state=np.ones(3), delay_ticks=1),
+                    obs(tick=14, env_state=np.zeros(3), delay_ticks=2, prefix_rad=np.tile(HOME, (4, 1)))]
+    latents = [policy.encode_slow(o) for o in observations]
+    batched = policy.predict_chunks(observations, latents, [0, 2, 1])
+    for o, latent, age, chunk in zip(observations, latents, [0, 2, 1], batched):
+        single = policy.predict_chunk(o, latent, age)
+        np.testing.assert_allclose(chunk.actions_rad, single.actions_rad, atol=1e-5)
+        assert chunk.start_tick == single.start_tick
 
 
 def test_checkpoint_round_trip_is_bitwise(tmp_path):

@@ -74,6 +74,10 @@ def test_sampled_examples_stay_inside_their_episode():
     assert np.all((ex.chunk >= ep_start[:, None]) & (ex.chunk < ep_end[:, None]))
     assert np.all((ex.age >= 0) & (ex.age <= 8 + 4))
     assert ex.age.max() >= 8  # offsets and delays really happen
+    # k_zero_prob = 0.5: P(k = 0) = 0.5 + 0.5 / 9 = 0.556 (no latent delay, no clipping).
+    ex = sample_examples(np.random.default_rng(1), 4000, 35, 5, 8, 0, np.zeros(35, int), np.full(35, 10_000),
+                         k_zero_prob=0.5)
+    assert np.mean(ex.state == ex.image) == pytest.approx(0.556, abs=0.03)
 
 
 def test_learning_rate_schedule():
@@ -230,13 +234,15 @@ def test_resume_continues_exactly(toy, tmp_path):
         assert torch.equal(a, b), name
 
 
-def test_rtc_training_and_env_state_options(toy, tmp_path):
+def test_rtc_training_env_state_and_ee_feature_options(toy, tmp_path):
     root, _, _ = toy
     frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
     cfg = TrainConfig(dataset=root, out=tmp_path / "rtc", steps=3, batch_size=8, rtc_train=True, rtc_max_prefix=3,
-                      flow_samples=1, policy={**TINY, "use_env_state": True})
+                      flow_samples=1, policy={**TINY, "use_env_state": True, "ee_features_arm": "so101"})
     policy = train(cfg, frames=frames, progress=False).policy
     assert policy.config.rtc_train and policy.config.env_state_dim == 3
+    assert policy.config.fresh_dim == 6 + 3 + 9 and policy.normalizer.ee_mean.shape == (9,)
+    policy = load_policy(tmp_path / "rtc")  # the checkpoint alone rebuilds the feature pipeline
     obs = _obs("move left", 4, delay=2)
     with pytest.raises(ValueError, match="env_state"):
         policy.predict_chunk(obs)

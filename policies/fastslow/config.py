@@ -19,7 +19,7 @@ class FastSlowConfig:
     """A, joints per action row (radians)."""
     horizon: int = 16
     """H, rows per predicted chunk."""
-    execute_steps: int = 8
+    execute_steps: int = 4
     """s, rows executed before the next chunk in synchronous execution (also RTC's s)."""
     control_rate_hz: float = 30.0
     """Rate at which chunk rows are executed."""
@@ -31,6 +31,9 @@ class FastSlowConfig:
     """Give the fast pathway the privileged `env_state` (sim only) as a fresh feature."""
     env_state_dim: int = 0
     """Length of `env_state` when `use_env_state`."""
+    ee_features_arm: str = ""
+    """Arm model (e.g. "so101") whose forward kinematics give the fast pathway end-effector
+    features of the state (position and gripper axes); "" = joints only."""
     width: int = 128
     """Width of latent tokens and of the text/image encoders."""
     cnn_channels: tuple[int, ...] = (16, 32, 32, 32)
@@ -72,6 +75,14 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.max_age_ticks must be >= 0")
         object.__setattr__(self, "cameras", tuple(self.cameras))
         object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
+
+    @property
+    def fresh_dim(self) -> int:
+        """Length of the fast pathway's fresh features: state [+ env_state] [+ EE features]."""
+        from robotrl.policies.fastslow.features import EE_FEATURES
+
+        return (self.state_dim + (self.env_state_dim if self.use_env_state else 0)
+                + (EE_FEATURES if self.ee_features_arm else 0))
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

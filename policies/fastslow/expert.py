@@ -42,7 +42,7 @@ class ActionExpert(nn.Module):
         super().__init__()
         h, a, hidden = config.horizon, config.action_dim, config.expert_hidden
         self.horizon, self.action_dim, self.max_age = h, a, config.max_age_ticks
-        fresh = config.state_dim + (config.env_state_dim if config.use_env_state else 0)
+        fresh = config.fresh_dim
         self.latent_proj = nn.Sequential(nn.LayerNorm(latent_tokens * config.width),
                                          nn.Linear(latent_tokens * config.width, hidden))
         self.age_embed = nn.Embedding(config.max_age_ticks + 1, hidden)

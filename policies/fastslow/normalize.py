@@ -33,6 +33,9 @@ class Normalizer:
     action_std: np.ndarray
     env_mean: np.ndarray | None = None
     env_std: np.ndarray | None = None
+    ee_mean: np.ndarray | None = None
+    """(9,) end-effector features (robotrl.policies.fastslow.features), when used."""
+    ee_std: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.state_std = np.maximum(np.asarray(self.state_std, np.float32), STATE_STD_FLOOR)
@@ -42,15 +45,18 @@ class Normalizer:
         if self.env_mean is not None:
             self.env_mean = np.asarray(self.env_mean, np.float32)
             self.env_std = np.maximum(np.asarray(self.env_std, np.float32), STATE_STD_FLOOR)
+        if self.ee_mean is not None:
+            self.ee_mean = np.asarray(self.ee_mean, np.float32)
+            self.ee_std = np.maximum(np.asarray(self.ee_std, np.float32), STATE_STD_FLOOR)
         self._t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.to_arrays().items()}
 
     @classmethod
     def fit(cls, action_mode: str, states: np.ndarray, chunks: np.ndarray, chunk_states: np.ndarray,
-            mask: np.ndarray, env: np.ndarray | None = None) -> Normalizer:
+            mask: np.ndarray, env: np.ndarray | None = None, ee: np.ndarray | None = None) -> Normalizer:
         """Statistics from training data.
 
         states: (N, S) every state; chunks: (M, H, A) action chunks starting at
-        chunk_states (M, S); mask: (M, H) rows that are real (not padding); env: (N, E).
+        chunk_states (M, S); mask: (M, H) rows that are real (not padding); env: (N, E); ee: (N, 9).
         """
         if action_mode == "delta":
             deltas = chunks - chunk_states[:, None, : chunks.shape[2]]
@@ -64,13 +70,18 @@ class Normalizer:
         env_mean = env_std = None
         if env is not None:
             env_mean, env_std = env.mean(0), env.std(0)
-        return cls(action_mode, states.mean(0), states.std(0), mean, std, env_mean, env_std)
+        ee_mean = ee_std = None
+        if ee is not None:
+            ee_mean, ee_std = ee.mean(0), ee.std(0)
+        return cls(action_mode, states.mean(0), states.std(0), mean, std, env_mean, env_std, ee_mean, ee_std)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {"state_mean": self.state_mean, "state_std": self.state_std,
                "action_mean": self.action_mean, "action_std": self.action_std}
         if self.env_mean is not None:
             out |= {"env_mean": self.env_mean, "env_std": self.env_std}
+        if self.ee_mean is not None:
+            out |= {"ee_mean": self.ee_mean, "ee_std": self.ee_std}
         return out
 
     def to_dict(self) -> dict:
@@ -80,7 +91,7 @@ class Normalizer:
     def from_dict(cls, data: dict) -> Normalizer:
         get = lambda k: None if data.get(k) is None else np.asarray(data[k], np.float32)  # noqa: E731
         return cls(data["action_mode"], get("state_mean"), get("state_std"), get("action_mean"),
-                   get("action_std"), get("env_mean"), get("env_std"))
+                   get("action_std"), get("env_mean"), get("env_std"), get("ee_mean"), get("ee_std"))
 
     @property
     def id(self) -> str:
@@ -92,6 +103,16 @@ class Normalizer:
 
     def env(self, env: torch.Tensor) -> torch.Tensor:
         return (env - self._t["env_mean"]) / self._t["env_std"]
+
+    def fresh(self, state: torch.Tensor, env: torch.Tensor | None = None,
+              ee: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, fresh_dim) normalised fast-pathway features: state [+ env_state] [+ EE]."""
+        parts = [self.state(state)]
+        if env is not None:
+            parts.append(self.env(env))
+        if ee is not None:
+            parts.append((ee - self._t["ee_mean"]) / self._t["ee_std"])
+        return torch.cat(parts, dim=1)
 
     def encode_chunk(self, actions_rad: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
         """(B, H', A) radians (H' <= H rows from the chunk start) -> normalised."""

@@ -21,10 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robotrl.hardware.errors import ConfigError
 from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.policies.checkpoint import read_checkpoint, write_checkpoint
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.features import EndEffectorFeatures
 from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.normalize import Normalizer
 from robotrl.policies.fastslow.slow import resize_images
@@ -38,6 +40,10 @@ class FastSlowPolicy:
                  version: int = 0, rtc_guidance: bool = True, noise_scale: float = 1.0) -> None:
         self.model = model.eval()
         self.config: FastSlowConfig = model.config
+        if self.config.use_env_state and normalizer.env_mean is None:
+            raise ConfigError("the policy reads env_state but its normalisation statistics have none")
+        if self.config.ee_features_arm and normalizer.ee_mean is None:
+            raise ConfigError("the policy reads end-effector features but its normalisation statistics have none")
         self.normalizer = normalizer
         self.vocab = vocab
         self.seed = seed
@@ -49,6 +55,7 @@ class FastSlowPolicy:
         """Scale of the initial noise (1: sample the learned distribution; 0: its
         deterministic central chunk)."""
         self._generator = torch.Generator()
+        self._ee_features = EndEffectorFeatures(self.config.ee_features_arm) if self.config.ee_features_arm else None
 
     # --- ChunkPolicy -------------------------------------------------------------------
     @property
@@ -82,9 +89,7 @@ class FastSlowPolicy:
                              f"{(self.model.slow.num_tokens, c.width)} (from this policy's encode_slow)")
         if latent_age_ticks < 0 or obs.delay_ticks < 0:
             raise ValueError("latent_age_ticks and obs.delay_ticks must be >= 0")
-        fresh = self.normalizer.state(state)
-        if c.use_env_state:
-            fresh = torch.cat([fresh, self.normalizer.env(self._env_state(obs))], dim=1)
+        fresh = self._fresh(state, [obs])
         age = torch.tensor([latent_age_ticks + obs.delay_ticks])
         self._generator.manual_seed(_noise_seed(self.seed, obs.tick))
         noise = torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale
@@ -116,14 +121,12 @@ class FastSlowPolicy:
             c = self.config
             obs = [observations[i] for i in batch]
             states = torch.cat([self._state(o) for o in obs])
-            fresh = self.normalizer.state(states)
-            if c.use_env_state:
-                fresh = torch.cat([fresh, self.normalizer.env(torch.cat([self._env_state(o) for o in obs]))], dim=1)
+            fresh = self._fresh(states, obs)
             ages = torch.tensor([latent_ages_ticks[i] + observations[i].delay_ticks for i in batch])
             noise = []
             for o in obs:
                 self._generator.manual_seed(_noise_seed(self.seed, o.tick))
-                noise.append(torch.randn((1, c.horizon, c.action_dim), generator=self._generator))
+                noise.append(torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale)
             x = self.model.sample_chunk(torch.stack([latents[i] for i in batch]), ages, fresh, torch.cat(noise))
             actions = self.normalizer.decode_chunk(x, states).numpy().astype(np.float64)
             for row, (i, o) in enumerate(zip(batch, obs)):
@@ -146,6 +149,12 @@ class FastSlowPolicy:
         model.load_state_dict(tensors)
         version = int(doc.get("training", {}).get("step", 0))
         return cls(model, Normalizer.from_dict(doc["normalization"]), vocab, seed=seed, version=version)
+
+    def _fresh(self, states: torch.Tensor, observations: list[PolicyObservation]) -> torch.Tensor:
+        """(B, fresh_dim) normalised fast-pathway features of (B, S) (forwarded) states."""
+        env = torch.cat([self._env_state(o) for o in observations]) if self.config.use_env_state else None
+        ee = torch.from_numpy(self._ee_features(states.numpy())) if self._ee_features else None
+        return self.normalizer.fresh(states, env, ee)
 
     # --- input checks ------------------------------------------------------------------
     def _state(self, obs: PolicyObservation) -> torch.Tensor:

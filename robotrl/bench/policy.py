@@ -86,7 +86,7 @@ def run_chunked_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, execute_st
             if step.done:
                 break
     clamps = stats.step_clamps + stats.limit_clamps + stats.workspace_clamps - clamps_before
-    out.result = EpisodeResult(seed, step.success, total, env.tick, clamps)
+    out.result = EpisodeResult(seed, bool(step.success), float(total), env.tick, int(clamps))
     out.chunks = chunks
     return out
 
@@ -110,7 +110,7 @@ def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int =
     finally:
         env.close()
     results = [r.result for r in runs]
-    wins = sum(r.success for r in results)
+    wins = int(sum(bool(r.success) for r in results))
     low, high = wilson_interval(wins, episodes)
     times = np.array([t for r in runs for t in r.predict_s]) * 1e3
     ages = Counter(a for r in runs for a in r.latent_ages)
@@ -125,7 +125,7 @@ def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int =
         "safety_clamps": int(sum(r.safety_clamps for r in results)),
         "chunk_ms_p50": float(np.percentile(times, 50)), "chunk_ms_p95": float(np.percentile(times, 95)),
         "latent_age_ticks": {str(k): v for k, v in sorted(ages.items())},
-        "failed_seeds": [r.seed for r in results if not r.success],
+        "failed_seeds": [int(r.seed) for r in results if not r.success],
     }
 
 

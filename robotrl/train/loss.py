@@ -29,6 +29,8 @@ class Batch:
     """(B, E) privileged features, when the policy uses them."""
     prefix_rows: torch.Tensor | None = None
     """(B,) training-time RTC: rows given clean (no loss on them)."""
+    ee: torch.Tensor | None = None
+    """(B, 9) end-effector features of `state`, when the policy uses them."""
 
 
 def sample_tau(n: int) -> torch.Tensor:
@@ -45,9 +47,7 @@ def flow_matching_loss(model: FastSlowModel, normalizer: Normalizer, batch: Batc
     The slow latent and the conditioning are computed once per example and shared by
     `flow_samples` draws of (noise, tau)."""
     latent = model.encode_slow(batch.images, batch.tokens)
-    fresh = normalizer.state(batch.state)
-    if batch.env_state is not None:
-        fresh = torch.cat([fresh, normalizer.env(batch.env_state)], dim=1)
+    fresh = normalizer.fresh(batch.state, batch.env_state, batch.ee)
     cond = model.expert.condition(latent, batch.age, fresh)
     x1 = normalizer.encode_chunk(batch.chunk, batch.state)
     b, h, a = x1.shape

@@ -60,9 +60,13 @@ def example_indices(t, k, j, horizon: int, episode_start, episode_end) -> Exampl
 
 
 def sample_examples(rng: np.random.Generator, batch_size: int, num_frames: int, horizon: int, k_max: int,
-                    latent_delay_max: int, episode_start: np.ndarray, episode_end: np.ndarray) -> ExampleIndices:
-    """Uniform frames t, k ~ U{0..k_max}, j ~ U{0..latent_delay_max}."""
+                    latent_delay_max: int, episode_start: np.ndarray, episode_end: np.ndarray,
+                    k_zero_prob: float = 0.0) -> ExampleIndices:
+    """Uniform frames t, k ~ U{0..k_max}, j ~ U{0..latent_delay_max}; with `k_zero_prob` > 0
+    an example gets k = 0 with that probability and k ~ U{0..k_max} otherwise."""
     t = rng.integers(0, num_frames, batch_size)
     k = rng.integers(0, k_max + 1, batch_size)
+    if k_zero_prob > 0:
+        k = np.where(rng.random(batch_size) < k_zero_prob, 0, k)
     j = rng.integers(0, latent_delay_max + 1, batch_size)
     return example_indices(t, k, j, horizon, episode_start[t], episode_end[t])

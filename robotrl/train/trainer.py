@@ -20,6 +20,7 @@ import torch
 from robotrl.hardware.errors import ConfigError
 from robotrl.policies.checkpoint import read_config
 from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.features import EndEffectorFeatures
 from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.normalize import Normalizer
 from robotrl.policies.fastslow.policy import POLICY_TYPE, FastSlowPolicy
@@ -50,6 +51,9 @@ class TrainConfig:
     """AdamW weight decay."""
     k_max: int = 8
     """VLASH offset: k ~ U{0..k_max} per example (0: no offset augmentation)."""
+    k_zero_prob: float = 0.5
+    """Probability of k = 0 on top of the uniform draw (keeps plain behaviour cloning's
+    share of the data, so no-delay performance does not pay for the offsets)."""
     latent_delay_max: int = 0
     """Delayed latent: j ~ U{0..J} ticks older frame for the slow latent."""
     rtc_train: bool = False
@@ -84,6 +88,8 @@ class TrainConfig:
             raise ConfigError("TrainConfig: steps, batch_size and flow_samples must be >= 1")
         if self.k_max < 0 or self.latent_delay_max < 0 or self.rtc_max_prefix < 0:
             raise ConfigError("TrainConfig: k_max, latent_delay_max and rtc_max_prefix must be >= 0")
+        if not 0.0 <= self.k_zero_prob <= 1.0:
+            raise ConfigError("TrainConfig.k_zero_prob must be in [0, 1]")
         if self.eval_episodes and self.task is None:
             raise ConfigError("TrainConfig: evaluation needs a task (--task reach|pick_place)")
         if self.threads < 1:
@@ -121,12 +127,12 @@ def policy_config(frames: FrameTable, cfg: TrainConfig) -> FastSlowConfig:
                              "max_age_ticks": age_max, "rtc_train": cfg.rtc_train})
 
 
-def fit_normalizer(frames: FrameTable, config: FastSlowConfig) -> Normalizer:
+def fit_normalizer(frames: FrameTable, config: FastSlowConfig, ee: np.ndarray | None = None) -> Normalizer:
     """Statistics over every frame's state and the (offset 0) chunk starting there."""
     starts = np.arange(frames.num_frames)
     idx, mask = chunk_indices(starts, config.horizon, frames.episode_end)
     return Normalizer.fit(config.action_mode, frames.states, frames.actions[idx], frames.states, mask,
-                          frames.env_states if config.use_env_state else None)
+                          frames.env_states if config.use_env_state else None, ee)
 
 
 class Trainer:
@@ -148,8 +154,12 @@ class Trainer:
             self._policy_field("use_env_state"), progress=progress)
         if resume_doc is None:
             self.config = policy_config(self.frames, cfg)
+        self.ee = None
+        if self.config.ee_features_arm:  # forward kinematics of every state, once
+            self.ee = torch.from_numpy(EndEffectorFeatures(self.config.ee_features_arm)(self.frames.states))
+        if resume_doc is None:
             self.vocab = Vocabulary.build(self.frames.tasks)
-            self.normalizer = fit_normalizer(self.frames, self.config)
+            self.normalizer = fit_normalizer(self.frames, self.config, None if self.ee is None else self.ee.numpy())
         self.tokens = torch.from_numpy(self.vocab.encode_many(self.frames.tasks, self.config.max_words))
         self.model = FastSlowModel(self.config, len(self.vocab))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -175,7 +185,7 @@ class Trainer:
     def batch(self) -> Batch:
         cfg, c, f = self.cfg, self.config, self.frames
         idx = sample_examples(self.rng, cfg.batch_size, f.num_frames, c.horizon, cfg.k_max, cfg.latent_delay_max,
-                              f.episode_start, f.episode_end)
+                              f.episode_start, f.episode_end, cfg.k_zero_prob)
         image_idx = torch.from_numpy(idx.image)
         images = [self._shift(f.images[cam][image_idx]) for cam in c.cameras]
         prefix = None
@@ -185,7 +195,7 @@ class Trainer:
                      state=torch.from_numpy(f.states[idx.state]), chunk=torch.from_numpy(f.actions[idx.chunk]),
                      mask=torch.from_numpy(idx.mask), age=torch.from_numpy(idx.age),
                      env_state=torch.from_numpy(f.env_states[idx.state]) if c.use_env_state else None,
-                     prefix_rows=prefix)
+                     prefix_rows=prefix, ee=None if self.ee is None else self.ee[torch.from_numpy(idx.state)])
 
     def _shift(self, images: torch.Tensor) -> torch.Tensor:
         s = self.cfg.shift_px
