@@ -15,6 +15,12 @@ Modes (ALGORITHMS.md section 1):
   starts (t + d); the chunk replaces the queue from that tick.
 - "vlash+rtc": as "vlash", and the queued rows for the new chunk's own ticks (t + d on,
   the plan it replaces) go along as `prefix_rad`: the policy is guided toward them (RTC).
+
+Intervention (ALGORITHMS.md section 4): an optional `intervention(tick, requested_rad)`
+hook may return a human/teleop target that replaces the policy's row for that tick (the
+tick is flagged `intervened`). Chunks keep coming meanwhile (the policy's rows are what
+it would have done). When the human lets go, the queue is dropped and a fresh chunk is
+requested from the state the human left the arm in.
 """
 
 from __future__ import annotations
@@ -98,6 +104,10 @@ class TickRecord:
     """Rows queued for later ticks after this one."""
     paused: bool
     """True when nothing was queued for this tick and the robot held."""
+    intervened: bool = False
+    """True when the intervention hook's target replaced the policy's row."""
+    policy_rad: np.ndarray | None = None
+    """(J,) the policy's row (or the hold target) when `intervened`; None: `requested_rad`."""
 
 
 @dataclass
@@ -136,19 +146,23 @@ class Executor:
         lost_errors: exception types of `source` meaning "server lost": hold, retry later.
         env_state: optional callable returning privileged features for the observation.
         start_tick: absolute tick of the first `tick()`.
+        intervention: optional hook `(tick, requested_rad (J,)) -> (J,) target | None`
+            called every tick; a target replaces the policy's row (a human took over).
 
     Attributes:
         trace: one `TickRecord` per tick, for benchmarks.
         received: every chunk taken in, as `ReceivedChunk`.
         lost: True from a `lost_errors` exception until the next chunk arrives.
         stale_replies: chunks dropped because they answered no request in flight.
+        intervening: True while the intervention hook drives the arm.
     """
 
     def __init__(self, robot, source: ChunkSource, horizon: int, mode: str = "vlash", *,
                  threshold: float = 0.5, execute_horizon: int | None = None,
                  delay: DelayEstimator | None = None, instruction: str = "",
                  lost_errors: tuple[type[BaseException], ...] = (),
-                 env_state: Callable[[], np.ndarray] | None = None, start_tick: int = 0) -> None:
+                 env_state: Callable[[], np.ndarray] | None = None, start_tick: int = 0,
+                 intervention: Callable[[int, np.ndarray], np.ndarray | None] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"Executor mode must be one of {MODES}, got {mode!r}")
         s = horizon if execute_horizon is None else execute_horizon
@@ -161,6 +175,8 @@ class Executor:
         self.instruction = instruction
         self.lost_errors = lost_errors
         self.env_state = env_state
+        self.intervention = intervention
+        self.intervening = False
         self.now_tick = start_tick
         self.max_step_rad = step_limit_rad(robot)
         self.trace: list[TickRecord] = []
@@ -178,12 +194,16 @@ class Executor:
         now = self.now_tick
         if self._hold_rad is None:
             self._hold_rad = np.array(self.robot.read().q_rad, dtype=np.float64)
-        self._receive(now)
-        if self._wants_chunk(now):
-            self._request(now)
-            self._receive(now)
-        row, origin = self._queue.pop(now, None), self._origin.pop(now, None)
-        requested = self._hold_rad if row is None else row
+        row, origin = self._next_row(now)
+        human = None
+        if self.intervention is not None:
+            human = self.intervention(now, self._hold_rad if row is None else row)
+            if human is None and self.intervening:  # let go: plan afresh from here
+                self._drop_plan()
+                row, origin = self._next_row(now)
+            self.intervening = human is not None
+        planned = self._hold_rad if row is None else row
+        requested = planned if human is None else np.asarray(human, dtype=np.float64)
         sent = np.asarray(self.robot.command(requested), dtype=np.float64)
         self._hold_rad = sent.copy()
         held = row is None
@@ -193,7 +213,8 @@ class Executor:
             chunk_id=-1 if held else got.chunk_id, version=-1 if held else got.chunk.version,
             obs_tick=-1 if held else got.obs_tick,
             delay_ticks=self.delay.estimate() if held else got.request_delay_ticks,
-            queue_len=len(self._queue), paused=held)
+            queue_len=len(self._queue), paused=held, intervened=human is not None,
+            policy_rad=None if human is None else np.array(planned))
         self.trace.append(record)
         self.now_tick = now + 1
         return record
@@ -214,6 +235,20 @@ class Executor:
         return sum(r.paused for r in self.trace)
 
     # -- requests and replies -------------------------------------------------------------
+    def _next_row(self, now: int) -> tuple[np.ndarray | None, int | None]:
+        """Take in chunks, maybe request one, pop this tick's (row, origin) (None: hold)."""
+        self._receive(now)
+        if self._wants_chunk(now):
+            self._request(now)
+            self._receive(now)
+        return self._queue.pop(now, None), self._origin.pop(now, None)
+
+    def _drop_plan(self) -> None:
+        """Forget the queue and the request in flight (its reply will be dropped)."""
+        self._queue.clear()
+        self._origin.clear()
+        self._in_flight = None
+
     def _remaining(self, now: int) -> int:
         """Queued rows for consecutive ticks from `now` on."""
         n = 0
@@ -288,6 +323,4 @@ class Executor:
         if not self.lost:
             log.warning("chunk source lost at tick %d (%s); holding and retrying", now, exc)
         self.lost = True
-        self._queue.clear()
-        self._origin.clear()
-        self._in_flight = None
+        self._drop_plan()

@@ -65,9 +65,11 @@ class RemoteChunkSource:
         self.stats.add(encode=self.client.last_encode_ns)
         self._waiting = (self._next_id, sent_ns)
 
-    def poll(self, now_tick: int) -> ActionChunk | None:
+    def poll(self, now_tick: int, wait_s: float = 0.0) -> ActionChunk | None:
+        """A reply that has arrived (waiting up to `wait_s` for the first message), or None."""
         while True:
-            msg = self.client.poll(0.0)
+            msg = self.client.poll(wait_s)
+            wait_s = 0.0
             if msg is None:
                 break
             chunk = self._take(msg)
@@ -90,3 +92,33 @@ class RemoteChunkSource:
         self.stats.add(rtt=time.monotonic_ns() - sent_ns, **msg.timings_ns)
         return ActionChunk(actions_rad=np.asarray(msg.actions, dtype=np.float64), start_tick=msg.start_tick,
                            version=msg.version)
+
+
+class SteppedRemoteSource:
+    """A `RemoteChunkSource` on a stepped (simulated) clock: every chunk becomes available
+    exactly `delay_ticks` after its request tick, however long the server took in wall
+    time; at that tick `poll` waits for the reply (up to the remote's reply timeout).
+
+    Makes runs through the real server (wire, batching, weight swaps) as reproducible in
+    ticks as `LocalChunkSource`, and lets a simulated arm run faster than real time.
+    """
+
+    def __init__(self, remote: RemoteChunkSource, delay_ticks: int) -> None:
+        if delay_ticks < 0:
+            raise ValueError(f"delay_ticks must be >= 0, got {delay_ticks}")
+        self.remote = remote
+        self.delay_ticks = delay_ticks
+        self._ready_tick: int | None = None
+
+    def request(self, obs: PolicyObservation) -> None:
+        self.remote.request(obs)
+        self._ready_tick = obs.tick + self.delay_ticks
+
+    def poll(self, now_tick: int) -> ActionChunk | None:
+        if self._ready_tick is None or now_tick < self._ready_tick:
+            return None
+        while True:
+            chunk = self.remote.poll(now_tick, wait_s=0.01)
+            if chunk is not None:
+                self._ready_tick = None
+                return chunk

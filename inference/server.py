@@ -9,6 +9,9 @@ Threads:
   policy (batched when it offers `predict_chunks`) and hands the replies back. New
   weights are swapped in only between batches, so one chunk never mixes versions; the
   version goes out in every reply.
+- weight subscriber (with `weights_from`, `robotrl.learn.weights.WeightSubscriber`):
+  takes the learner's published weights and queues them through `set_weights`. Slow
+  latents made by older weights are recomputed after a swap, so no chunk mixes versions.
 - slow pathway (policies with `encode_slow`, e.g. the fast/slow VLA): refreshes each
   robot's latent from its newest images at `slow_rate_hz`; the fast pathway answers every
   request with the newest latent and its age in ticks.
@@ -28,6 +31,7 @@ import zmq
 
 from robotrl.inference.chunking import forward_state
 from robotrl.inference.latency import LatencyStats
+from robotrl.learn.weights import WeightSubscriber, weight_endpoints
 from robotrl.policies.base import ActionChunk, ChunkPolicy, PolicyObservation
 from robotrl.wire.errors import PeerLost, ProtocolError, TransportTimeout
 from robotrl.wire.keys import ServerKeys
@@ -51,6 +55,9 @@ class ServerConfig:
     """Per-joint step limit applied while forwarding states (the robot's safety clamp)."""
     warmup_calls: int = 3
     """Model calls made before robots are accepted (excluded from latency statistics)."""
+    weights_from: str | None = None
+    """The learner's weight endpoint "tcp://host:port" (its PUB socket; port + 1 answers
+    requests for the latest weights), or None to serve fixed weights."""
 
 
 @dataclass
@@ -64,6 +71,8 @@ class _Pending:
 class _Latent:
     value: object
     tick: int
+    version: int
+    """Weight version that computed `value`."""
     ages: deque = field(default_factory=lambda: deque(maxlen=1000))
 
 
@@ -92,9 +101,21 @@ class PolicyServer:
         self._has_slow = hasattr(policy, "encode_slow")
         self.model_ms = 0.0
         """Median model time of the warm-up calls, sent to clients in the hello reply."""
+        self.swapped_at_ns: dict[int, int] = {}
+        """Weight version -> `time.monotonic_ns()` when it went into service."""
+        self.first_chunk_ns: dict[int, int] = {}
+        """Weight version -> `time.monotonic_ns()` when its first chunk was ready."""
+        self.subscriber: WeightSubscriber | None = None
+        self._model_lock = threading.Lock()  # slow pathway vs weight swap
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
+        endpoints = None
+        if self.config.weights_from is not None:
+            endpoints = weight_endpoints(self.config.weights_from)
+            if not hasattr(self.policy, "load_weights"):
+                raise ValueError(f"{self.policy.metadata.policy_type} policies cannot load new weights: "
+                                 "serve without weights_from (--weights-from)")
         self._warm_up()
         self._threads = [threading.Thread(target=self._io_loop, name="robotrl-server-io", daemon=True),
                          threading.Thread(target=self._model_loop, name="robotrl-server-model", daemon=True)]
@@ -105,8 +126,14 @@ class PolicyServer:
         if not self._ready.wait(timeout_s) or self._startup_error is not None:
             self.stop()
             raise RuntimeError(f"policy server failed to start: {self._startup_error}")
+        if endpoints is not None:
+            self.subscriber = WeightSubscriber(*endpoints, self.set_weights, newer_than=self.version)
+            self.subscriber.start()
 
     def stop(self) -> None:
+        if self.subscriber is not None:
+            self.subscriber.stop()
+            self.subscriber = None
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=2.0)
@@ -210,8 +237,9 @@ class PolicyServer:
     def _model_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                first = self._requests.get(timeout=0.1)
+                first = self._requests.get(timeout=0.02)
             except queue.Empty:
+                self._apply_pending_weights()  # idle: swap now, the next chunk needs no wait
                 continue
             batch = {first.request.robot_id: first}
             deadline = time.perf_counter() + self.config.batch_wait_ms / 1000.0
@@ -235,6 +263,7 @@ class PolicyServer:
                 self._reply(p.identity, ErrorReply(request_id=p.request.request_id, code="server", message=str(exc)))
             return
         model_ns = time.perf_counter_ns() - start_ns
+        self.first_chunk_ns.setdefault(self.version, time.monotonic_ns())
         for p, chunk in zip(batch, chunks):
             queue_ns = start_ns - p.received_ns
             total_ns = time.perf_counter_ns() - p.received_ns
@@ -273,8 +302,9 @@ class PolicyServer:
         for obs, robot_id in zip(observations, robot_ids):
             with self._lock:
                 latent = self._latents.get(robot_id)
-            if latent is None:  # first request of this robot: compute the slow pathway now
-                latent = _Latent(self.policy.encode_slow(obs), obs.tick)
+            if latent is None or latent.version != self.version:  # first request, or new weights
+                latent = _Latent(self.policy.encode_slow(obs), obs.tick, self.version,
+                                 latent.ages if latent is not None else deque(maxlen=1000))
                 with self._lock:
                     self._latents[robot_id] = latent
             age = max(0, obs.tick - latent.tick)
@@ -293,16 +323,26 @@ class PolicyServer:
                 newest = dict(self._newest_obs)
                 self._newest_obs.clear()
             for robot_id, obs in newest.items():
-                value = self.policy.encode_slow(obs)
+                with self._model_lock:
+                    version = self.version
+                    value = self.policy.encode_slow(obs)
                 with self._lock:
                     previous = self._latents.get(robot_id)
-                    self._latents[robot_id] = _Latent(value, obs.tick, previous.ages if previous else deque(maxlen=1000))
+                    self._latents[robot_id] = _Latent(value, obs.tick, version,
+                                                      previous.ages if previous else deque(maxlen=1000))
 
     def _apply_pending_weights(self) -> None:
         with self._lock:
             pending, self._pending_weights = self._pending_weights, None
         if pending is not None:
             version, weights = pending
-            self.policy.load_weights(weights)
-            self.version = version
+            with self._model_lock:
+                try:
+                    self.policy.load_weights(weights)
+                except Exception:
+                    log.exception("weights version %d could not be loaded; still serving version %d",
+                                  version, self.version)
+                    return
+                self.version = version
+            self.swapped_at_ns[version] = time.monotonic_ns()
             log.info("weights version %d in service", version)

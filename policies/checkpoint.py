@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load, load_file, save, save_file
 
 from robotrl.hardware.errors import ConfigError
 
@@ -70,6 +71,31 @@ def read_checkpoint(path: Path, policy_type: str) -> tuple[dict, dict[str, torch
     if not weights.is_file():
         raise ConfigError(f"checkpoint {path} has no {WEIGHTS_FILE}")
     return doc, load_file(str(weights))
+
+
+def save_weights_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    """Weights as safetensors bytes (live weight updates: learner -> policy server)."""
+    return save({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
+
+
+def load_weights_bytes(data: bytes, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors from safetensors `data`, checked against `expected` (a state_dict): the same
+    names, shapes and dtypes, or a one-line ConfigError naming the first difference."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ConfigError(f"weights must be safetensors bytes, got {type(data).__name__}")
+    try:
+        tensors = load(bytes(data))
+    except (SafetensorError, ValueError) as exc:
+        raise ConfigError(f"weights are not valid safetensors bytes: {exc}") from exc
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise ConfigError(f"weights do not fit this policy: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    for name, ref in expected.items():
+        got = tensors[name]
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            raise ConfigError(f"weights do not fit this policy: {name} is {tuple(got.shape)} {got.dtype}, "
+                              f"expected {tuple(ref.shape)} {ref.dtype}")
+    return tensors
 
 
 def _atomic(target: Path, write) -> None:

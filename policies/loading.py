@@ -1,6 +1,6 @@
 """`load_policy(path)`: any checkpoint folder robotrl can serve, as a `ChunkPolicy`.
 
-- robotrl checkpoints (`config.json` with a `policy_type`, e.g. "fastslow_flow");
+- robotrl checkpoints (`config.json` with a `policy_type`: "fastslow_flow", "sac", "dsrl");
 - lerobot `pretrained_model` folders (`config.json` with a lerobot `type`, e.g. "act").
 """
 
@@ -12,7 +12,7 @@ from robotrl.hardware.errors import ConfigError
 from robotrl.policies.base import ChunkPolicy
 from robotrl.policies.checkpoint import read_config
 
-POLICY_TYPES = ("fastslow_flow",)
+POLICY_TYPES = ("fastslow_flow", "sac", "dsrl")
 
 
 def load_policy(path: Path, *, seed: int = 0) -> ChunkPolicy:
@@ -23,6 +23,14 @@ def load_policy(path: Path, *, seed: int = 0) -> ChunkPolicy:
         from robotrl.policies.fastslow.policy import FastSlowPolicy
 
         return FastSlowPolicy.load(path, seed=seed)
+    if policy_type == "sac":
+        from robotrl.policies.sac.policy import SacChunkPolicy
+
+        return SacChunkPolicy.load(path, seed=seed)
+    if policy_type == "dsrl":
+        from robotrl.policies.sac.noise_policy import DsrlChunkPolicy
+
+        return DsrlChunkPolicy.load(path, seed=seed)
     if policy_type is None and "type" in doc:
         from robotrl.policies.lerobot_adapter.policy import LerobotChunkPolicy
 

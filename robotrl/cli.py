@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
     "bench": "benchmarks (sim: control-step and render rates)",
     "train": "train a fast/slow flow-matching chunk policy on a LeRobot dataset",
+    "learn": "online learner: pull transitions, update (sac, hil-flow, dsrl), publish weights",
     "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }
 

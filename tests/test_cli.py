@@ -16,11 +16,11 @@ def test_help_is_fast_and_lists_every_command():
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "robotrl.cli", "--help"], capture_output=True, text=True, check=True)
     assert time.perf_counter() - start < 5.0  # lazy imports: no torch, mujoco or lerobot
-    for command in ("devices", "sim", "record", "train", "serve", "deploy", "bench", "keys", "demo"):
+    for command in ("devices", "sim", "record", "train", "serve", "deploy", "bench", "keys", "learn", "demo"):
         assert command in out.stdout
 
 
-@pytest.mark.parametrize("command", ["sim", "record", "train", "serve", "deploy", "bench", "keys", "demo", "devices"])
+@pytest.mark.parametrize("command", ["sim", "record", "train", "serve", "deploy", "bench", "keys", "learn", "demo", "devices"])
 def test_every_option_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])

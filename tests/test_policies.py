@@ -217,3 +217,77 @@ def test_config_validation(bad, match):
     with pytest.raises(ConfigError, match=match):
         FastSlowConfig(**bad)
     assert FastSlowConfig.from_dict(FastSlowConfig().to_dict()) == FastSlowConfig()
+
+
+# --- the instruction gates the fresh features (pick_place regression) ----------------
+
+def _fresh_jacobian(policy: FastSlowPolicy, instruction: str) -> torch.Tensor:
+    """d(conditioning) / d(fresh features) at one fixed state and env_state."""
+    latent = policy.encode_slow(obs(instruction=instruction))[None]
+    fresh = torch.zeros(1, policy.config.fresh_dim)
+    age = torch.zeros(1, dtype=torch.long)
+    return torch.autograd.functional.jacobian(lambda f: policy.model.expert.condition(latent, age, f), fresh)
+
+
+def test_instruction_changes_how_env_state_moves_the_expert():
+    # pick_place needs "which cube's position matters" to depend on the instruction. When the
+    # text (slow latent) and the cube positions (fresh env_state) only met as a sum, the
+    # derivative of the conditioning w.r.t. env_state could not depend on the instruction,
+    # and trained policies ignored the named cube (0/50 even with --env-state). The text
+    # token FiLMs the fresh features, so that derivative now changes with the instruction.
+    gated = make_policy(use_env_state=True, env_state_dim=3)
+    assert gated.config.text_gates_fresh
+    with torch.no_grad():  # zero-initialised like the other FiLM layers; trained weights are not
+        gated.model.expert.fresh_film.weight.normal_(0, 0.5)
+    j_red, j_blue = _fresh_jacobian(gated, "put red cube"), _fresh_jacobian(gated, "put blue cube")
+    assert (j_red - j_blue).abs().max() > 1e-3 * j_red.abs().max()
+
+    additive = make_policy(use_env_state=True, env_state_dim=3, text_gates_fresh=False)
+    assert additive.model.expert.fresh_film is None
+    j_red, j_blue = _fresh_jacobian(additive, "put red cube"), _fresh_jacobian(additive, "put blue cube")
+    torch.testing.assert_close(j_red, j_blue)
+
+
+def test_checkpoints_from_before_the_text_gate_load_ungated(tmp_path):
+    old = make_policy(text_gates_fresh=False)
+    data = old.config.to_dict()
+    del data["text_gates_fresh"]  # a config.json written before the field existed
+    assert FastSlowConfig.from_dict(data).text_gates_fresh is False
+    assert FastSlowConfig().text_gates_fresh is True
+    old.save(tmp_path / "old")
+    loaded = FastSlowPolicy.load(tmp_path / "old")
+    assert loaded.model.expert.fresh_film is None
+    np.testing.assert_array_equal(loaded.predict_chunk(obs()).actions_rad, old.predict_chunk(obs()).actions_rad)
+
+
+def test_object_selector_attends_by_instruction_and_shares_the_value_map():
+    from robotrl.policies.fastslow.objects import ObjectSelector
+
+    torch.manual_seed(0)
+    sel = ObjectSelector(num_objects=3, object_dim=3, text_width=4, hidden=8)
+    text = torch.eye(4)[:3] * 20.0  # three "instructions"
+    with torch.no_grad():  # instruction i -> slot i: query = text @ W.T, logits = query @ keys.T
+        sel.slot_keys.copy_(torch.eye(3, 8))
+        sel.query.weight.copy_(torch.eye(8, 4))
+        sel.query.bias.zero_()
+    w = sel.weights(text)
+    assert w.shape == (3, 3) and torch.allclose(w.sum(1), torch.ones(3))
+    assert torch.all(w.argmax(1) == torch.arange(3)) and w.diagonal().min() > 0.9
+    # The same value MLP for every slot: the output follows the named object's numbers,
+    # whichever slot holds them.
+    obj = torch.tensor([0.3, -0.2, 0.1])
+    env = torch.zeros(3, 9)
+    for i in range(3):
+        env[i, 3 * i:3 * i + 3] = obj
+    out = sel(text, env)
+    torch.testing.assert_close(out, sel.value(obj)[None].expand(3, -1), atol=0.05, rtol=0.05)
+
+
+def test_env_objects_need_env_state_that_they_divide():
+    with pytest.raises(ConfigError, match="env_object_dim"):
+        FastSlowConfig(env_object_dim=3)
+    with pytest.raises(ConfigError, match="env_object_dim"):
+        FastSlowConfig(use_env_state=True, env_state_dim=4, env_object_dim=3)
+    policy = make_policy(use_env_state=True, env_state_dim=3, env_object_dim=3)
+    chunk = policy.predict_chunk(obs(env_state=np.array([0.2, 0.0, 0.02])))
+    assert chunk.actions_rad.shape == (H, A) and np.all(np.isfinite(chunk.actions_rad))

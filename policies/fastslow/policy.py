@@ -23,7 +23,7 @@ import torch
 
 from robotrl.hardware.errors import ConfigError
 from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
-from robotrl.policies.checkpoint import read_checkpoint, write_checkpoint
+from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
@@ -132,6 +132,17 @@ class FastSlowPolicy:
             for row, (i, o) in enumerate(zip(batch, obs)):
                 chunks[i] = ActionChunk(actions[row], o.tick + o.delay_ticks, self.version)
         return chunks
+
+    # --- live weights (online learning) --------------------------------------------------
+    def weights_bytes(self) -> bytes:
+        """The model's weights as safetensors bytes (what `load_weights` accepts); the
+        normalisation statistics and vocabulary are fixed by the checkpoint."""
+        return save_weights_bytes(self.model.state_dict())
+
+    def load_weights(self, data: bytes) -> None:
+        """Replace the model's weights with safetensors bytes from `weights_bytes` (a
+        learner's update); the tensor names and shapes must match exactly."""
+        self.model.load_state_dict(load_weights_bytes(data, self.model.state_dict()))
 
     # --- checkpoints -------------------------------------------------------------------
     def save(self, path: Path, extra: dict | None = None) -> None:

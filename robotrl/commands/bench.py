@@ -16,6 +16,11 @@ BENCHES = {
                "success, speedup, reaction time, staleness, boundary jumps; report.md + plots",
     "sim2sim": "scenario A -> A vs A -> B per perturbation (physics, sensing, latency, control jitter), stepped "
                "and real time through the deploy path; report.md + plots",
+    "buffer": "online replay buffer vs lerobot's ReplayBuffer: transitions/s in (journal + commit), B=256 batches/s "
+              "out, bytes per transition in RAM and on disk, recovery time, transitions lost after kill -9 "
+              "(--episodes x 200 rows, 2 cameras 64x64)",
+    "learner": "SAC updates/s (batch 256, utd 2, CPU, 1 thread) vs lerobot's SACAlgorithm on equal networks, "
+               "state-only and with one 64x64 camera",
 }
 
 
@@ -32,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="policy, serve: checkpoint folder (robotrl train output or lerobot pretrained_model); "
                              "latency, sim2sim: the same, default the task's scripted expert")
     parser.add_argument("--task", choices=("reach", "pick_place"), default="reach", help="policy, latency, sim2sim: simulated task (default: reach)")
-    parser.add_argument("--episodes", type=int, default=50, help="policy, latency, sim2sim: episodes (seeds) per cell (default: 50)")
+    parser.add_argument("--episodes", type=int, default=50,
+                        help="policy, latency, sim2sim: episodes (seeds) per cell; buffer: episodes of 200 transitions "
+                             "(default: 50)")
     parser.add_argument("--scenario", default="nominal", help="policy: nominal or shifted physics (default: nominal)")
     parser.add_argument("--execute-steps", type=int,
                         help="policy: rows executed per chunk (default: the checkpoint's); latency, sim2sim: s, rows "
@@ -229,6 +236,31 @@ def _seed0(args: argparse.Namespace) -> int:
     return EVAL_SEED0 if args.seed0 is None else args.seed0
 
 
+def _bench_buffer(args: argparse.Namespace) -> dict:
+    from robotrl.bench import buffer
+    from robotrl.report.table import format_table
+
+    results = buffer.run(episodes=args.episodes)
+    columns = ("buffer", "add_transitions_per_s", "sample_batches_per_s", "sample_chunk_batches_per_s",
+               "ram_bytes_per_transition", "disk_bytes_per_transition", "recovery_s")
+    print(format_table(columns, [tuple("-" if row.get(c) is None else row[c] for c in columns)
+                                 for row in results["rows"]]))
+    print(format_table(("kill -9 of a writer", "value"), [(k, v) for k, v in results.items() if k.startswith("kill9")]))
+    return results
+
+
+def _bench_learner(args: argparse.Namespace) -> dict:
+    from robotrl.bench import learner
+    from robotrl.report.table import format_table
+
+    results = learner.run()
+    columns = ("implementation", "inputs", "updates_per_s", "parameters")
+    print(format_table(columns, [tuple(row[c] for c in columns) for row in results["rows"]]))
+    print(results["equal_networks"])
+    return results
+
+
 _BENCH_RUNNERS = {"sim": _bench_sim, "record": _bench_record, "transport": _bench_transport,
                   "policy": _bench_policy, "serve": _bench_serve, "latency": _bench_latency,
-                  "sim2sim": _bench_sim2sim}
+                  "sim2sim": _bench_sim2sim, "buffer": _bench_buffer,
+                  "learner": _bench_learner}

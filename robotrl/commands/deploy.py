@@ -27,7 +27,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--curve-keys", type=Path,
                         help="folder with this robot's client.key_secret and the server's server.key (CURVE)")
     parser.add_argument("--port", help="real arm: serial port of the follower")
-    parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
+    parser.add_argument("--robot-id", default="follower",
+                        help="real arm: lerobot calibration id; also this robot's name for the server and learner")
+    online = parser.add_argument_group("online learning (ALGORITHMS.md sections 3-4)")
+    online.add_argument("--learn", action="store_true",
+                        help="start a learner (`robotrl learn`) and a local server that takes its weights; stream "
+                             "every transition to it and fine-tune while the arm runs (needs --policy)")
+    online.add_argument("--algo", default="hil-flow", help="with --learn: sac, hil-flow or dsrl (default: hil-flow)")
+    online.add_argument("--preset", default="default", help="with --learn: the algorithm's preset (default: default)")
+    online.add_argument("--learn-set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="with --learn: override one preset field (passed to `robotrl learn --set`); repeatable")
+    online.add_argument("--learn-min-transitions", type=int,
+                        help="with --learn: transitions in the buffer before the first update (learner default)")
+    online.add_argument("--learn-out", type=Path, default=Path("outputs/learn"),
+                        help="with --learn: run folder (buffer/, learner/, actor logs, curves.png)")
+    online.add_argument("--resume", action="store_true", help="with --learn: continue the run in --learn-out")
+    online.add_argument("--demo-dataset", type=Path, action="append", default=[],
+                        help="with --learn: LeRobotDataset mixed into the learner's batches (repeatable)")
+    online.add_argument("--actors", type=int, default=1, help="with --learn in sim: simulated arms in parallel")
+    online.add_argument("--baseline-csv", type=Path,
+                        help="with --learn: actors.csv or --actor-log of a run without learning, drawn next to the curve")
+    online.add_argument("--transitions", help="stream transitions to a running learner at this endpoint "
+                                              "(e.g. tcp://learner:5560)")
+    online.add_argument("--intervene", choices=("none", "scripted"), default=None,
+                        help="sim: the scripted expert takes over when the policy drifts (default: scripted with "
+                             "--learn or --transitions in sim, else none)")
+    online.add_argument("--budget-ticks", type=int, default=150,
+                        help="scripted intervener: intervention ticks allowed in the first episode (default: 150)")
+    online.add_argument("--taper-episodes", type=int, default=100,
+                        help="scripted intervener: episodes over which its budget falls to 0 (default: 100)")
+    online.add_argument("--stepped-delay", type=int, metavar="D",
+                        help="sim: run on a simulated clock, each chunk taken in exactly D ticks after its "
+                             "request (faster than real time, reproducible); default: 30 Hz wall clock")
+    online.add_argument("--actor-log", type=Path, help="CSV file: one row per episode (success, interventions, ...)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +69,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mode not in MODES:
         raise UserError(f"unknown mode {args.mode!r}; choose from {', '.join(MODES)}")
+    if args.intervene is None:
+        args.intervene = "scripted" if args.robot == "sim" and (args.learn or args.transitions) else "none"
+    if args.robot != "sim" and (args.intervene != "none" or args.stepped_delay is not None or args.actors != 1):
+        raise UserError("--intervene scripted, --stepped-delay and --actors are for simulated arms (--robot sim)")
+    if args.learn:
+        return _run_learning(args)
     if args.robot != "sim":
         if args.robot not in ("so101", "so100"):
             raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
@@ -50,6 +88,12 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("this policy reads privileged simulation state (trained with --env-state); "
                             "it cannot drive a real arm")
         session = _session(args, info)
+        if args.transitions or args.intervene != "none" or args.stepped_delay is not None or args.actor_log:
+            try:
+                _run_actor(args, session, client, info)
+            finally:
+                session.close()
+            return 0
         rows, episodes = [], []
         try:
             for i in range(args.episodes):
@@ -73,6 +117,109 @@ def run(args: argparse.Namespace) -> int:
     if delays:
         print(f"inference delay (ticks): p50 {delays['p50']:g}  p95 {delays['p95']:g}  max {delays['max']:g}")
     return 0
+
+
+def _run_actor(args, session, client, info: dict, wall_start_s: float | None = None) -> list:
+    """Episodes with transitions streamed to a learner and/or the scripted intervener."""
+    from robotrl.buffer.spec import TransitionSpec
+    from robotrl.inference.actor import actor_episodes
+    from robotrl.inference.transitions import TransitionStreamer
+    from robotrl.learn.metrics import CsvLog
+
+    robot_id = f"{args.robot}-{args.robot_id}"
+    streamer = intervener = log = None
+    if args.transitions:
+        size = int(info.get("image_size_px") or 0)
+        spec = TransitionSpec(session.spec.num_joints, int(info["action_dim"]),
+                              {cam: (size, size) for cam in info.get("cameras", ())}, int(info.get("env_state_dim") or 0))
+        streamer = TransitionStreamer(args.transitions, robot_id, spec)
+    if args.intervene == "scripted":
+        from robotrl.sim.intervener import ScriptedIntervener
+
+        intervener = ScriptedIntervener(session, initial_budget_ticks=args.budget_ticks,
+                                        taper_episodes=args.taper_episodes)
+    if args.actor_log:
+        args.actor_log.unlink(missing_ok=True)
+        log = CsvLog(args.actor_log)
+    try:
+        return actor_episodes(session, client, info, episodes=args.episodes, seed=args.seed, mode=args.mode,
+                              robot_id=robot_id, streamer=streamer, intervener=intervener,
+                              stepped_delay=args.stepped_delay, log=log, wall_start_s=wall_start_s)
+    finally:
+        if streamer is not None:
+            streamer.close()
+        if log is not None:
+            log.close()
+
+
+def _run_learning(args: argparse.Namespace) -> int:
+    """`--learn`: learner + subscribed local server + `--actors` simulated actors."""
+    import time
+
+    from robotrl.learn import launch
+    from robotrl.learn.metrics import plot_learning_curves, read_csv
+    from robotrl.report.table import format_table
+    from robotrl.wire.client import ClientSocket
+
+    if args.policy is None or not args.policy.exists():
+        raise UserError("--learn needs --policy CKPT: the policy to start from")
+    if args.server or args.transitions:
+        raise UserError("--learn starts its own learner and server; drop --server/--transitions "
+                        "(or run `robotrl learn` and `robotrl serve --weights-from` yourself)")
+    if args.actors < 1:
+        raise UserError("--actors must be >= 1")
+    out = args.learn_out
+    if (out / "learner").exists() and not args.resume:
+        raise UserError(f"{out} already holds a run; add --resume to continue it or choose another --learn-out")
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    transitions = f"tcp://{launch.LOCAL}:{launch.free_port()}"
+    weights = f"tcp://{launch.LOCAL}:{launch.free_port_pair()}"
+    endpoint = f"tcp://{launch.LOCAL}:{launch.free_port()}"
+    procs: list[subprocess.Popen] = []
+    learner_log = open(out / "learner.log", "a")
+    try:
+        learner = subprocess.Popen(launch.learner_command(args, out, transitions, weights),
+                                   stdout=learner_log, stderr=subprocess.STDOUT)
+        procs.append(learner)
+        served = out / "learner" / "served"
+        (served / "config.json").unlink(missing_ok=True)  # resumed: wait for the learner's fresh one
+        launch.wait_for(served / "config.json", learner, "learner", out / "learner.log")
+        server = subprocess.Popen(_cli_serve(served, endpoint, weights),
+                                  stdout=subprocess.DEVNULL)
+        procs.append(server)
+        print(f"learner ({args.algo}) -> {out / 'learner'}; server {endpoint} takes its weights", flush=True)
+        for k in range(1, args.actors):
+            procs.append(subprocess.Popen(launch.actor_command(args, k, endpoint, transitions, out, args.episodes)))
+        args.transitions, args.actor_log, args.robot_id = transitions, out / "actor0.csv", "actor0"
+        client = ClientSocket(endpoint, robot_id="sim-actor0")
+        try:
+            info = _connect(client, server)
+            session = _session(args, info)
+            try:
+                _run_actor(args, session, client, info, wall_start_s=start)
+            finally:
+                session.close()
+        finally:
+            client.close()
+        for proc in procs[2:]:
+            proc.wait()
+    finally:
+        for proc in reversed(procs):
+            launch.stop(proc)
+        learner_log.close()
+    merged = launch.merge_actor_logs(out, args.actors)
+    rows = read_csv(merged)
+    print(format_table(("episodes", "success", "intervention rate", "wall min"), launch.curve_table(rows)))
+    if rows:
+        png = plot_learning_curves(merged, out / "curves.png", baseline_csv=args.baseline_csv)
+        print(f"curves: {png}; learner logs: {out / 'learner'} (updates.csv, episodes.csv)")
+    return 0
+
+
+def _cli_serve(policy: Path, endpoint: str, weights: str) -> list[str]:
+    return [sys.executable, "-m", "robotrl.cli", "serve", "--policy", str(policy), "--bind", endpoint,
+            "--weights-from", weights]
 
 
 def _connect(client, server_proc: subprocess.Popen | None) -> dict:
@@ -114,7 +261,7 @@ def _server(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str]:
 
 
 def _session(args: argparse.Namespace, info: dict):
-    from robotrl.clock import WallClock
+    from robotrl.clock import SimClock, WallClock
 
     if args.robot == "sim":
         from robotrl.hardware.robot import CameraSpec
@@ -122,7 +269,8 @@ def _session(args: argparse.Namespace, info: dict):
 
         size = int(info.get("image_size_px") or 0)
         cameras = tuple(CameraSpec(name, size, size) for name in info.get("cameras", ()))
-        return TaskEnv(args.task, args.scenario, cameras=cameras, clock=WallClock())
+        clock = WallClock() if getattr(args, "stepped_delay", None) is None else SimClock()
+        return TaskEnv(args.task, args.scenario, cameras=cameras, clock=clock)
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
     from robotrl.hardware.safety import SafeRobot
     from robotrl.record.session import RobotSession

@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-step-rad", type=float, default=0.1,
                         help="per-tick joint step used to clamp forwarded states, the robot's safety step (default: 0.1 = 3 rad/s at 30 Hz)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the policy's sampling noise")
+    parser.add_argument("--weights-from", metavar="tcp://HOST:PORT",
+                        help="take new weights from a learner (`robotrl learn --weights`): its PUB socket is on "
+                             "PORT, the latest-weights socket on PORT + 1; weights swap between chunks")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,11 +32,13 @@ def run(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy, seed=args.seed)
     joints = policy.metadata.action_dim
     config = ServerConfig(endpoint=args.bind, batch_wait_ms=args.batch_wait_ms, slow_rate_hz=args.slow_rate_hz,
-                          max_step_rad=(args.max_step_rad,) * joints)
+                          max_step_rad=(args.max_step_rad,) * joints, weights_from=args.weights_from)
     server = PolicyServer(policy, config, curve=_curve(args.curve_keys))
     server.start()
     print(f"serving {policy.metadata.policy_type} (H={policy.metadata.horizon}) on {server.endpoint}; "
           f"model {server.model_ms:.1f} ms per chunk; Ctrl-C to stop", flush=True)
+    if args.weights_from:
+        print(f"taking new weights from {args.weights_from} (latest-weights requests on its port + 1)", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:

@@ -41,24 +41,26 @@ def sample_tau(n: int) -> torch.Tensor:
 
 
 def flow_matching_loss(model: FastSlowModel, normalizer: Normalizer, batch: Batch,
-                       flow_samples: int = 4) -> torch.Tensor:
+                       flow_samples: int = 4, row_weights: torch.Tensor | None = None) -> torch.Tensor:
     """Mean squared velocity error over real (and, with RTC, postfix) rows.
 
     The slow latent and the conditioning are computed once per example and shared by
-    `flow_samples` draws of (noise, tau)."""
+    `flow_samples` draws of (noise, tau). `row_weights` (B, H) >= 0 makes it the weighted
+    mean over rows (online fine-tuning: reward- and intervention-weighted rows)."""
     latent = model.encode_slow(batch.images, batch.tokens)
     fresh = normalizer.fresh(batch.state, batch.env_state, batch.ee)
     cond = model.expert.condition(latent, batch.age, fresh)
     x1 = normalizer.encode_chunk(batch.chunk, batch.state)
     b, h, a = x1.shape
     n = flow_samples
-    cond, x1, mask = cond.repeat_interleave(n, 0), x1.repeat_interleave(n, 0), batch.mask.repeat_interleave(n, 0)
+    weight = batch.mask if row_weights is None else batch.mask * row_weights
+    cond, x1, mask = cond.repeat_interleave(n, 0), x1.repeat_interleave(n, 0), weight.repeat_interleave(n, 0)
     x0 = torch.randn_like(x1)
     tau = sample_tau(b * n)
     if batch.prefix_rows is not None:
         prefix = batch.prefix_rows.repeat_interleave(n, 0)
         tau_rows = flow.prefix_tau(tau, prefix, h)
-        mask = mask & (torch.arange(h)[None, :] >= prefix[:, None])
+        mask = mask * (torch.arange(h)[None, :] >= prefix[:, None])
     else:
         tau_rows = tau[:, None].expand(-1, h)
     x_tau = flow.interpolate(x0, x1, tau_rows)

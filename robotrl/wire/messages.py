@@ -111,6 +111,46 @@ class WeightsAnnouncement(_Message, tag="weights"):
     safetensors: bytes
 
 
+class WeightsRequest(_Message, tag="weights_request"):
+    """Ask the learner for its newest weights (a server that starts or restarts late)."""
+
+    newer_than: int = -1
+    """Reply only with a version above this (-1: whatever is newest)."""
+
+
+class TransitionBatch(_Message, tag="transitions"):
+    """n consecutive control steps of one episode of one robot, as executed.
+
+    Row i is tick `ticks[i]`: the observation taken at that tick (before acting), the
+    executed (post-safety) target `action` and the policy's own row `policy_action`
+    (both (n, A) radians), the `reward` received after acting, `intervention` (the
+    executed row came from a human/teleop device, not the policy), the weight `version`
+    of the chunk the policy row came from (-1: none, e.g. while holding) and the delay
+    `delay_ticks` that chunk was requested with. `seq` is the index of row 0 within the
+    episode (batches of an episode arrive in order; a gap means lost data). The batch
+    with `episode_done` True ends the episode; `success` is meaningful there only.
+    `state`: (n, S) float32 radians; `images`: camera -> (n, h, w, 3) uint8 at the
+    training resolution; `env_state`: (n, E) float32 or None (sim only).
+    """
+
+    robot_id: str
+    episode_id: int
+    seq: int
+    ticks: np.ndarray
+    state: np.ndarray
+    action: np.ndarray
+    policy_action: np.ndarray
+    reward: np.ndarray
+    intervention: np.ndarray
+    version: np.ndarray
+    delay_ticks: np.ndarray
+    images: dict[str, np.ndarray] = {}
+    env_state: np.ndarray | None = None
+    instruction: str = ""
+    episode_done: bool = False
+    success: bool = False
+
+
 Message = (Hello | HelloReply | ObservationRequest | ChunkReply | ErrorReply | Heartbeat
-           | HeartbeatAck | WeightsAnnouncement)
+           | HeartbeatAck | WeightsAnnouncement | WeightsRequest | TransitionBatch)
 """Any message of the protocol."""

@@ -1,0 +1,118 @@
+"""`SacChunkPolicy`: a SAC actor behind the `ChunkPolicy` protocol.
+
+The actor outputs a per-tick joint delta a in [-1, 1]^A; the chunk integrates it from
+the (forwarded) state: row i = state[:A] + (i + 1) * a * max_step_rad, i < horizon.
+Stochastic by default (exploration on the actors), with noise seeded by (seed, tick) so
+the same observation always gives the same chunk; `deterministic=True` serves the mean.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from robotrl.hardware.errors import ConfigError
+from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.policies.checkpoint import (load_weights_bytes, read_checkpoint, save_weights_bytes,
+                                         write_checkpoint)
+from robotrl.policies.sac.config import SacNetConfig
+from robotrl.policies.sac.networks import SacActor
+
+POLICY_TYPE = "sac"
+
+
+def delta_to_unit(action_rad: np.ndarray, state_rad: np.ndarray, max_step_rad: float) -> np.ndarray:
+    """(..., A) executed targets and (..., S) states -> (..., A) actions in [-1, 1]:
+    (target - state[:A]) / max_step_rad, clipped."""
+    a = action_rad.shape[-1]
+    return np.clip((action_rad - state_rad[..., :a]) / max_step_rad, -1.0, 1.0).astype(np.float32)
+
+
+def unit_to_chunk(unit: np.ndarray, state_rad: np.ndarray, max_step_rad: float, horizon: int) -> np.ndarray:
+    """(A,) action in [-1, 1] and (S,) state -> (horizon, A) absolute targets, radians:
+    row i = state[:A] + (i + 1) * unit * max_step_rad."""
+    steps = np.arange(1, horizon + 1, dtype=np.float64)[:, None]
+    return state_rad[: unit.shape[0]][None, :] + steps * unit[None, :].astype(np.float64) * max_step_rad
+
+
+def observation_tensors(state: np.ndarray, env_state: np.ndarray | None, images: dict[str, np.ndarray],
+                        config: SacNetConfig) -> dict[str, torch.Tensor]:
+    """Batched numpy arrays ((B, S), (B, E), camera -> (B, h, w, 3) uint8) -> the encoder's
+    observation dict; images of another size are resized to the config's (area)."""
+    obs = {"state": torch.as_tensor(np.asarray(state, np.float32))}
+    if config.env_state_dim:
+        if env_state is None:
+            raise ValueError(f"this SAC policy reads env_state ({config.env_state_dim} values); none given")
+        obs["env_state"] = torch.as_tensor(np.asarray(env_state, np.float32))
+    for cam, (h, w) in config.cameras.items():
+        if cam not in images:
+            raise ValueError(f"no image from camera {cam!r} (the policy reads {sorted(config.cameras)})")
+        img = torch.as_tensor(np.ascontiguousarray(images[cam]))
+        if img.dtype != torch.uint8 or img.ndim != 4 or img.shape[-1] != 3:
+            raise ValueError(f"images[{cam!r}] is {tuple(img.shape)} {img.dtype}, expected (B, h, w, 3) uint8")
+        if tuple(img.shape[1:3]) != (h, w):
+            x = F.interpolate(img.permute(0, 3, 1, 2).float(), size=(h, w), mode="area")
+            img = x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+        obs[f"image.{cam}"] = img
+    return obs
+
+
+class SacChunkPolicy:
+    def __init__(self, actor: SacActor, *, seed: int = 0, version: int = 0, deterministic: bool = False) -> None:
+        self.actor = actor.eval()
+        self.config: SacNetConfig = actor.config
+        if self.config.action_dim > self.config.state_dim:
+            raise ConfigError(f"SAC actions are deltas from the first A state entries: action_dim "
+                              f"({self.config.action_dim}) must be <= state_dim ({self.config.state_dim})")
+        self.seed = seed
+        self.version = version
+        self.deterministic = deterministic
+        self._generator = torch.Generator()
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        c = self.config
+        size = next(iter(c.cameras.values()))[0] if c.cameras else 0
+        return PolicyMetadata(POLICY_TYPE, c.horizon, c.action_dim, c.control_rate_hz, c.state_dim,
+                              tuple(c.cameras), size, "", c.env_state_dim)
+
+    def reset(self) -> None:
+        """Stateless between chunks: nothing to clear."""
+
+    @torch.no_grad()
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        """(horizon, A) absolute targets (radians) starting at `obs.tick + obs.delay_ticks`."""
+        c = self.config
+        state = np.asarray(obs.state_rad, dtype=np.float64)
+        if state.shape != (c.state_dim,) or not np.all(np.isfinite(state)):
+            raise ValueError(f"state_rad must be ({c.state_dim},) finite, got {state.shape}")
+        env = None if obs.env_state is None else np.asarray(obs.env_state)[None]
+        tensors = observation_tensors(state[None], env, {k: np.asarray(v)[None] for k, v in obs.images.items()}, c)
+        self._generator.manual_seed((self.seed * 1_000_003 + obs.tick * 7_919 + 54_321) % (2 ** 63))
+        unit, _ = self.actor(tensors, self._generator, self.deterministic)
+        actions = unit_to_chunk(unit[0].numpy(), state, c.max_step_rad, c.horizon)
+        return ActionChunk(actions, obs.tick + obs.delay_ticks, self.version)
+
+    # --- live weights and checkpoints ----------------------------------------------------
+    def weights_bytes(self) -> bytes:
+        """Actor (encoder + head) weights as safetensors bytes."""
+        return save_weights_bytes(self.actor.state_dict())
+
+    def load_weights(self, data: bytes) -> None:
+        """Replace the actor's weights with safetensors bytes (names and shapes must match)."""
+        self.actor.load_state_dict(load_weights_bytes(data, self.actor.state_dict()))
+
+    def save(self, path: Path) -> None:
+        """Checkpoint folder: model.safetensors (actor) + config.json (network config)."""
+        write_checkpoint(path, POLICY_TYPE, self.actor.state_dict(), {"config": self.config.to_dict(),
+                                                                      "training": {"version": self.version}})
+
+    @classmethod
+    def load(cls, path: Path, *, seed: int = 0) -> SacChunkPolicy:
+        doc, tensors = read_checkpoint(path, POLICY_TYPE)
+        actor = SacActor(SacNetConfig.from_dict(doc["config"]))
+        actor.load_state_dict(tensors)
+        return cls(actor, seed=seed, version=int(doc.get("training", {}).get("version", 0)))

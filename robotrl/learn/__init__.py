@@ -1,0 +1,1 @@
+"""Online learning: weight flow, learner, algorithms, checkpoints."""

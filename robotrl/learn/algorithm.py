@@ -1,0 +1,135 @@
+"""The `Algorithm` protocol of the online learner, shared update helpers, and
+`make_algorithm(name, spec, preset=...)` with the named presets of every algorithm.
+
+An algorithm samples its own batches from the `OnlineBuffer` (transitions or chunks),
+takes one update step, and exposes the weights of the policy the servers run.
+`state_dict()` is a nested dict whose leaves are tensors, numbers or strings (the
+learner's checkpoint flattens it: tensors to safetensors, the rest to JSON).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from robotrl.buffer.spec import TransitionSpec
+from robotrl.hardware.errors import ConfigError
+from robotrl.policies.base import ChunkPolicy
+from robotrl.train.state import optimizer_from_flat, optimizer_to_flat
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    name: str
+
+    def update(self, buffer, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
+        """One update step from batches of `buffer` (an OnlineBuffer) sampled with `rng`.
+        Metrics include the loss terms, "ess" (ESS/B of the example weights; 1.0 when
+        unweighted), "staleness_mean" and "grad_norm"."""
+
+    def policy_weights(self) -> bytes:
+        """Safetensors bytes that the served policy's `load_weights` accepts."""
+
+    def served_policy(self) -> ChunkPolicy:
+        """A policy with the current weights (a copy: training does not change it)."""
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume bitwise: networks, targets, optimizers, temperature,
+        the algorithm's torch random state, counters."""
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+# --- pure helpers ----------------------------------------------------------------------
+
+def ess_fraction(weights: np.ndarray | torch.Tensor) -> float:
+    """Effective sample size over batch size of non-negative weights:
+    (sum w)^2 / (B sum w^2); 1.0 for equal weights, 1/B when one weight dominates, 0.0
+    when all are zero."""
+    w = np.asarray(weights.detach() if torch.is_tensor(weights) else weights, dtype=np.float64).ravel()
+    denom = w.size * float((w ** 2).sum())
+    return float(w.sum() ** 2 / denom) if denom > 0 else 0.0
+
+
+def soft_update(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: target <- tau * source + (1 - tau) * target."""
+    with torch.no_grad():
+        for t, s in zip(target.parameters(), source.parameters(), strict=True):
+            t.lerp_(s, tau)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
+    """Optimizer state as {"tensors": {dotted name: tensor}, "json": str}."""
+    tensors, rest = optimizer_to_flat(optimizer)
+    return {"tensors": tensors, "json": json.dumps(rest)}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    optimizer.load_state_dict(optimizer_from_flat(dict(state["tensors"]), json.loads(state["json"])))
+
+
+def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A module's tensors, cloned (a checkpoint must not alias live weights)."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def batch_metrics(staleness: np.ndarray, intervention: np.ndarray, is_demo: np.ndarray) -> dict[str, float]:
+    """Data metrics of a sampled batch: staleness mean/max over online rows, intervention
+    and demo fractions."""
+    online = ~np.asarray(is_demo, bool)
+    stale = np.asarray(staleness)[online]
+    return {"staleness_mean": float(stale.mean()) if stale.size else 0.0,
+            "staleness_max": float(stale.max()) if stale.size else 0.0,
+            "intervention_frac": float(np.asarray(intervention, bool).mean()),
+            "demo_frac": float((~online).mean())}
+
+
+# --- factory -----------------------------------------------------------------------------
+
+ALGORITHMS = ("sac", "hil-flow", "dsrl")
+
+
+def presets() -> dict[str, dict[str, object]]:
+    """Algorithm name -> preset name -> config (frozen dataclass)."""
+    from robotrl.learn.dsrl import DSRL_PRESETS
+    from robotrl.learn.hil_flow import HIL_FLOW_PRESETS
+    from robotrl.learn.sac import SAC_PRESETS
+
+    return {"sac": SAC_PRESETS, "hil-flow": HIL_FLOW_PRESETS, "dsrl": DSRL_PRESETS}
+
+
+def make_algorithm(name: str, spec: TransitionSpec, *, policy_path: Path | None = None, preset: str = "default",
+                   overrides: dict | None = None, seed: int = 0) -> Algorithm:
+    """Algorithm `name` for transitions shaped like `spec`, configured by `preset` (then
+    `overrides`, field -> value). hil-flow and dsrl start from the FastSlowPolicy at
+    `policy_path`; sac builds fresh networks."""
+    if name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+    table = presets()[name]
+    if preset not in table:
+        raise ConfigError(f"algorithm {name!r} has no preset {preset!r}; presets: {', '.join(table)}")
+    try:
+        config = dataclasses.replace(table[preset], **(overrides or {}))
+    except TypeError as exc:
+        raise ConfigError(f"bad override for {name!r}: {exc}") from exc
+    if name == "sac":
+        from robotrl.learn.sac import Sac
+
+        return Sac(spec, config, seed=seed)
+    if policy_path is None:
+        raise ConfigError(f"algorithm {name!r} fine-tunes a flow policy: give its checkpoint (--policy PATH)")
+    from robotrl.policies.fastslow.policy import FastSlowPolicy
+
+    policy = FastSlowPolicy.load(Path(policy_path), seed=seed)
+    if name == "hil-flow":
+        from robotrl.learn.hil_flow import HilFlow
+
+        return HilFlow(spec, policy, config, seed=seed)
+    from robotrl.learn.dsrl import Dsrl
+
+    return Dsrl(spec, policy, config, seed=seed)

@@ -1,0 +1,182 @@
+"""`hil-flow`: intervention- and reward-weighted flow-matching fine-tuning of a
+FastSlowPolicy (HG-DAgger + Hi-ORS rejection sampling).
+
+Each update draws `ChunkSample`s from the buffer and keeps only accepted chunks: demos,
+chunks of successful episodes and chunks of episodes a human corrected. Every real row of
+an accepted chunk is weighted by its episode's return (exp of the batch-normalised return,
+clipped) and by `w_int` when the human executed it (`row_weights`). The loss is the
+policy's own flow-matching loss as a weighted mean over rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from robotrl.buffer.sampler import ChunkSample
+from robotrl.buffer.spec import TransitionSpec
+from robotrl.hardware.errors import ConfigError
+from robotrl.learn.algorithm import batch_metrics, ess_fraction, load_optimizer_state, module_state, optimizer_state
+from robotrl.policies.fastslow.features import EndEffectorFeatures
+from robotrl.policies.fastslow.policy import FastSlowPolicy
+from robotrl.policies.fastslow.slow import resize_images
+from robotrl.train.loss import Batch, flow_matching_loss
+
+
+def row_weights(episode_return: np.ndarray, accepted: np.ndarray, intervention: np.ndarray, mask: np.ndarray, *,
+                beta: float, max_weight: float, w_int: float) -> np.ndarray:
+    """(B, H) loss weight of every chunk row.
+
+    z_b = (R_b - mean R) / (std R + 1e-6), mean/std over accepted examples (z = 0 when
+    fewer than two); w_b = min(exp(beta z_b), max_weight); row weight = w_b x (w_int if
+    the row was a human intervention else 1) x mask x accepted; then scaled so the
+    positive weights average 1 (all zero when nothing is accepted)."""
+    ret = np.asarray(episode_return, np.float64)
+    acc = np.asarray(accepted, bool)
+    z = np.zeros_like(ret)
+    if acc.sum() >= 2:
+        z = (ret - ret[acc].mean()) / (ret[acc].std() + 1e-6)
+    w_ret = np.minimum(np.exp(beta * z), max_weight)
+    w = w_ret[:, None] * np.where(np.asarray(intervention, bool), w_int, 1.0)
+    w = w * np.asarray(mask, bool) * acc[:, None]
+    positive = w > 0
+    return (w / w[positive].mean() if positive.any() else w).astype(np.float32)
+
+
+def accepted_chunks(sample: ChunkSample) -> np.ndarray:
+    """(B,) bool: demo chunks and chunks of successful or corrected episodes."""
+    return np.asarray(sample.is_demo, bool) | np.asarray(sample.episode_success, bool) | \
+        np.asarray(sample.episode_intervened, bool)
+
+
+def flow_inputs(policy: FastSlowPolicy, state: np.ndarray, env_state: np.ndarray | None,
+                images: dict[str, np.ndarray], instruction: list[str]) -> dict[str, object]:
+    """What the flow conditions on, as `Batch` fields (images, tokens, state, env_state,
+    ee) from (B, S) states, (B, E) env_state, camera -> (B, h, w, 3) uint8 and B strings;
+    images resized to the policy's size."""
+    c = policy.config
+    state_t = torch.from_numpy(np.asarray(state, np.float32))
+    return {"images": [resize_images(torch.from_numpy(np.ascontiguousarray(images[cam])).permute(0, 3, 1, 2),
+                                     c.image_size_px) for cam in c.cameras],
+            "tokens": torch.from_numpy(policy.vocab.encode_many(list(instruction), c.max_words)),
+            "state": state_t,
+            "env_state": torch.from_numpy(np.asarray(env_state, np.float32)) if c.use_env_state else None,
+            "ee": (torch.from_numpy(EndEffectorFeatures(c.ee_features_arm)(state_t.numpy()))
+                   if c.ee_features_arm else None)}
+
+
+def flow_batch(policy: FastSlowPolicy, sample: ChunkSample, idx: np.ndarray) -> Batch:
+    """The flow-matching `Batch` of examples `idx` of `sample` (latent age 0: the images,
+    state and chunk are all from row t)."""
+    inputs = flow_inputs(policy, sample.state[idx], None if sample.env_state is None else sample.env_state[idx],
+                         {cam: sample.images[cam][idx] for cam in policy.config.cameras},
+                         [sample.instruction[i] for i in idx])
+    return Batch(**inputs, chunk=torch.from_numpy(np.asarray(sample.actions[idx], np.float32)),
+                 mask=torch.from_numpy(np.asarray(sample.mask[idx], bool)), age=torch.zeros(len(idx), dtype=torch.long))
+
+
+@dataclass(frozen=True)
+class HilFlowConfig:
+    batch_size: int = 32
+    """Chunks drawn per update (rejected ones are dropped from the step)."""
+    lr: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    flow_samples: int = 4
+    """Noise/time draws per example."""
+    w_int: float = 3.0
+    """Weight of rows a human executed (HG-DAgger)."""
+    return_beta: float = 1.0
+    """Inverse temperature of the return weighting (0: returns ignored)."""
+    max_weight: float = 3.0
+    """Clip of the return weight exp(beta z)."""
+    grad_clip: float = 1.0
+    """Gradient norm clip."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.flow_samples < 1:
+            raise ConfigError("HilFlowConfig: batch_size and flow_samples must be >= 1")
+        if self.w_int < 0 or self.max_weight <= 0 or self.return_beta < 0:
+            raise ConfigError("HilFlowConfig: w_int and return_beta must be >= 0, max_weight > 0")
+
+
+HIL_FLOW_PRESETS: dict[str, HilFlowConfig] = {
+    "default": HilFlowConfig(),
+    "conservative": HilFlowConfig(lr=3e-5, w_int=2.0),
+    "small": HilFlowConfig(batch_size=8, flow_samples=2),
+}
+"""default: Hi-ORS-style weights, lr 1e-4; conservative: slower drift from the BC policy;
+small: tiny batches for tests and smoke runs."""
+
+
+class HilFlow:
+    name = "hil-flow"
+
+    def __init__(self, spec: TransitionSpec, policy: FastSlowPolicy, config: HilFlowConfig, *, seed: int = 0) -> None:
+        c = policy.config
+        if (spec.state_dim, spec.action_dim) != (c.state_dim, c.action_dim):
+            raise ConfigError(f"the policy reads state {c.state_dim} / action {c.action_dim}, the buffer spec has "
+                              f"{spec.state_dim} / {spec.action_dim}")
+        missing = sorted(set(c.cameras) - set(spec.cameras))
+        if missing or (c.use_env_state and spec.env_state_dim != c.env_state_dim):
+            raise ConfigError(f"the buffer spec lacks what the policy reads: cameras {missing}, env_state "
+                              f"{c.env_state_dim if c.use_env_state else 0} (spec has {spec.env_state_dim})")
+        self.config = config
+        self.policy = policy
+        self.model = policy.model
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.torch_rng = torch.get_rng_state()
+        self.updates = 0
+
+    def update(self, buffer, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
+        cfg = self.config
+        sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, self.policy.config.horizon, learner_version, rng)
+        accepted = accepted_chunks(sample)
+        weights = row_weights(sample.episode_return, accepted, sample.intervention, sample.mask,
+                              beta=cfg.return_beta, max_weight=cfg.max_weight, w_int=cfg.w_int)
+        data = batch_metrics(sample.staleness, sample.intervention[:, 0], sample.is_demo)
+        idx = np.flatnonzero(accepted & sample.mask.any(1))
+        if idx.size == 0:
+            return {"loss_flow": 0.0, "accepted_frac": 0.0, "ess": 0.0, "grad_norm": 0.0, "skipped": 1.0, **data}
+        self.model.train()
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self.torch_rng)
+            loss = flow_matching_loss(self.model, self.policy.normalizer, flow_batch(self.policy, sample, idx),
+                                      cfg.flow_samples, row_weights=torch.from_numpy(weights[idx]))
+            self.torch_rng = torch.get_rng_state()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+        self.optimizer.step()
+        self.model.eval()
+        self.updates += 1
+        real = weights[idx][np.asarray(sample.mask[idx], bool)]
+        return {"loss_flow": float(loss.detach()), "accepted_frac": float(accepted.mean()), "ess": ess_fraction(real),
+                "grad_norm": grad, "skipped": 0.0, **data}
+
+    def policy_weights(self) -> bytes:
+        return self.policy.weights_bytes()
+
+    def served_policy(self) -> FastSlowPolicy:
+        p = self.policy
+        return FastSlowPolicy(copy.deepcopy(self.model), p.normalizer, p.vocab, seed=p.seed,
+                              rtc_guidance=p.rtc_guidance, noise_scale=p.noise_scale)
+
+    def state_dict(self) -> dict:
+        return {"model": module_state(self.model), "optim": optimizer_state(self.optimizer),
+                "torch_rng": self.torch_rng.clone(), "updates": self.updates, "config": json.dumps(asdict(self.config))}
+
+    def load_state_dict(self, state: dict) -> None:
+        if json.loads(state["config"]) != json.loads(json.dumps(asdict(self.config))):
+            raise ConfigError("the checkpoint was written with another hil-flow config; resume with the same preset")
+        self.model.load_state_dict(state["model"])
+        load_optimizer_state(self.optimizer, state["optim"])
+        self.torch_rng = state["torch_rng"].clone()
+        self.updates = int(state["updates"])

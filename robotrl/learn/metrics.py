@@ -1,0 +1,162 @@
+"""Learner metrics: CSV logs (updates, episodes) and PNG plots of success and intervention rate.
+
+`updates.csv`: one row per logging interval: wall_s, updates, updates_per_s, transitions,
+episodes, version, the algorithm's terms (losses, ess, staleness_mean, grad_norm, ...) and
+the staleness histogram of the online rows sampled since the last row (`stale_<lo>_<hi>`
+counts, lag in weight versions). `episodes.csv`: one row per committed online episode:
+episode (index), wall_s, updates, robot_id, episode_id, ticks, success, intervention_ticks,
+intervention_rate, episode_return.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+STALENESS_EDGES = (0, 1, 2, 4, 8, 16, 32)
+"""Lower edges of the staleness buckets (versions): [0,1), [1,2), [2,4), ..., [32, inf)."""
+
+
+def staleness_histogram(staleness: np.ndarray, edges: Sequence[int] = STALENESS_EDGES) -> dict[str, int]:
+    """Counts of `staleness` (k,) int (learner version - data version) per bucket.
+
+    Keys `stale_<lo>_<hi>` for [lo, hi) and `stale_<last>_up` for the last bucket; negative
+    values (data newer than the learner, after a resume) count in the first bucket.
+    Example: [0, 0, 1, 3, 40] -> stale_0_1=2, stale_1_2=1, stale_2_4=1, stale_32_up=1, others 0.
+    """
+    staleness = np.asarray(staleness, dtype=np.int64).reshape(-1)
+    idx = np.searchsorted(np.asarray(edges), np.maximum(staleness, edges[0]), side="right") - 1
+    counts = np.bincount(idx, minlength=len(edges))
+    keys = [f"stale_{lo}_{hi}" for lo, hi in zip(edges[:-1], edges[1:])] + [f"stale_{edges[-1]}_up"]
+    return {k: int(c) for k, c in zip(keys, counts)}
+
+
+def rolling_mean(values: Sequence[float], window: int) -> np.ndarray:
+    """(n,) mean of the last `window` values up to and including each index (fewer at the start).
+
+    Example: rolling_mean([1, 0, 1, 1], 2) -> [1, 0.5, 0.5, 1].
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    x = np.asarray(values, dtype=np.float64)
+    c = np.concatenate([[0.0], np.cumsum(x)])
+    i = np.arange(1, len(x) + 1)
+    lo = np.maximum(i - window, 0)
+    return (c[i] - c[lo]) / (i - lo)
+
+
+class CsvLog:
+    """Append-only CSV file whose header grows when a row brings new columns.
+
+    Reopening an existing file appends to it (a resumed run continues the same log). A
+    row with a column not in the header rewrites the file once with the wider header
+    (old rows get empty cells). Each row is flushed; `fsync` is left to the checkpoint.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns: list[str] = []
+        self.rows_written = 0
+        self.last: dict | None = None
+        """The last row written (or read back on reopen)."""
+        if self.path.is_file() and self.path.stat().st_size:
+            rows = read_csv(self.path)
+            with self.path.open(newline="") as f:
+                self.columns = next(csv.reader(f), [])
+            self.rows_written = len(rows)
+            self.last = rows[-1] if rows else None
+        self._file = self.path.open("a", newline="")
+
+    def write(self, row: dict) -> None:
+        new = [k for k in row if k not in self.columns]
+        if new:
+            self._widen(self.columns + new)
+        writer = csv.DictWriter(self._file, self.columns)
+        writer.writerow({k: _cell(v) for k, v in row.items()})
+        self._file.flush()
+        self.rows_written += 1
+        self.last = dict(row)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _widen(self, columns: list[str]) -> None:
+        self._file.close()
+        rows = read_csv(self.path) if self.columns else []
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.path)
+        self.columns = columns
+        self._file = self.path.open("a", newline="")
+
+
+def read_csv(path: Path | str) -> list[dict[str, str]]:
+    """Rows of a CSV file as dicts of strings."""
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _cell(value) -> str | int | float:
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.6g}" if math.isfinite(value) else str(float(value))
+    return value
+
+
+def episode_curves(rows: list[dict[str, str]], window: int) -> dict[str, np.ndarray]:
+    """From episodes.csv rows: episode (n,), wall_s (n,), rolling success rate and rolling
+    intervention rate (fraction of ticks under intervention) over `window` episodes."""
+    episode = np.array([float(r["episode"]) for r in rows])
+    wall_s = np.array([float(r["wall_s"]) for r in rows])
+    success = [float(r["success"]) for r in rows]
+    intervention = [float(r["intervention_rate"]) for r in rows]
+    return {"episode": episode, "wall_s": wall_s, "success_rate": rolling_mean(success, window),
+            "intervention_rate": rolling_mean(intervention, window)}
+
+
+def plot_learning_curves(episodes_csv: Path | str, out_png: Path | str, *, baseline_csv: Path | str | None = None,
+                         window: int = 20, title: str = "online learning") -> Path:
+    """PNG with four panels: success rate and intervention rate (rolling over `window`
+    episodes) against episodes and against wall time (minutes); a baseline run's
+    episodes.csv (e.g. no learning) is drawn dashed next to it. Returns `out_png`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [("learning", read_csv(episodes_csv), "-")]
+    if baseline_csv is not None:
+        runs.append(("baseline", read_csv(baseline_csv), "--"))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharey="row")
+    for label, rows, style in runs:
+        if not rows:
+            continue
+        c = episode_curves(rows, window)
+        for row, key in enumerate(("success_rate", "intervention_rate")):
+            axes[row, 0].plot(c["episode"], c[key], style, label=label)
+            axes[row, 1].plot(c["wall_s"] / 60, c[key], style, label=label)
+    for row, name in enumerate((f"success rate ({window}-episode mean)", "intervention rate (ticks)")):
+        axes[row, 0].set_ylabel(name)
+        for ax in axes[row]:
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+    axes[1, 0].set_xlabel("episode")
+    axes[1, 1].set_xlabel("wall time (min)")
+    axes[0, 0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png

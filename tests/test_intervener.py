@@ -1,0 +1,105 @@
+"""The executor's intervention hook and the `ScriptedIntervener` on the simulated reach
+task: takeover on drift, flagged ticks, fresh chunk on hand-back, tapering budget."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+import numpy as np
+import pytest
+
+from robotrl.inference.executor import Executor, LocalChunkSource
+from robotrl.inference.stepped import EnvRobot, ExpertChunkPolicy
+from robotrl.inference.actor import run_actor_episode
+from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.sim.intervener import ScriptedIntervener, budget_ticks
+
+H = 8
+
+
+@pytest.fixture(scope="module")
+def env():
+    from robotrl.sim.env import TaskEnv
+
+    env = TaskEnv("reach", cameras=())
+    yield env
+    env.close()
+
+
+class FrozenPolicy:
+    """Every row = the state it was asked from: the arm never moves by itself."""
+
+    metadata = PolicyMetadata("frozen", H, 6, 30.0, 6)
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        return ActionChunk(np.tile(obs.state_rad, (H, 1)), obs.tick + obs.delay_ticks, version=1)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_budget_tapers_linearly_and_with_success():
+    assert budget_ticks(0, 100, 50) == 100
+    assert budget_ticks(25, 100, 50) == 50  # 100 * (1 - 25/50)
+    assert budget_ticks(49, 100, 50) == 2  # 100 * 1/50
+    assert budget_ticks(50, 100, 50) == 0 and budget_ticks(80, 100, 50) == 0
+    assert budget_ticks(10, 100, 50, recent_success_rate=0.5) == 40  # 100 * 0.8 * 0.5
+    with pytest.raises(ValueError, match="success rate in \\[0, 1\\]"):
+        budget_ticks(0, 100, 50, recent_success_rate=1.5)
+
+
+def test_hook_target_replaces_the_row_and_letting_go_requests_a_fresh_chunk(env):
+    env.reset(0)
+    human = np.full(6, 0.05)
+
+    def hook(tick, requested_rad):
+        return human if 10 <= tick < 15 else None
+
+    policy = ExpertChunkPolicy(env.make_expert(), H, env.spec)
+    executor = Executor(EnvRobot(env), LocalChunkSource(policy, 0), H, "vlash", intervention=hook)
+    trace = executor.run(25)
+    assert [r.tick for r in trace if r.intervened] == [10, 11, 12, 13, 14]
+    for r in trace[10:15]:
+        np.testing.assert_array_equal(r.requested_rad, human)
+        assert r.policy_rad is not None and not np.allclose(r.policy_rad, human)  # the policy's own row
+    assert all(r.policy_rad is None for r in trace if not r.intervened)
+    # tick 15: the human let go, the queue was dropped, the chunk comes from tick 15's state
+    assert trace[15].obs_tick == 15 and trace[15].chunk_id != trace[14].chunk_id
+    assert not executor.intervening
+
+
+def test_intervener_takes_over_on_drift_flags_it_and_respects_the_budget(env):
+    intervener = ScriptedIntervener(env, takeover_m=0.04, handback_m=0.01, min_ticks=5,
+                                    initial_budget_ticks=60, taper_episodes=10)
+    episode = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, intervener, "vlash", seed=2,
+                                horizon=H)
+    flagged = [r for r in episode.trace if r.intervened]
+    assert 0 < len(flagged) == episode.intervention_ticks <= 60 and episode.takeovers >= 1
+    assert intervener.intervention_ticks == len(flagged) and intervener.episode == 1
+    # every takeover but the last (cut by the budget or the episode end) lasts >= min_ticks
+    runs = [len(list(group)) for on, group in groupby(r.intervened for r in episode.trace) if on]
+    assert len(runs) == episode.takeovers and all(n >= 5 for n in runs[:-1])
+    # the frozen policy would never move; the expert's help moved the arm toward the target
+    moved = np.abs(episode.trace[-1].sent_rad - episode.trace[0].sent_rad).max()
+    assert moved > 0.1
+
+
+def test_expert_as_policy_needs_no_help(env):
+    env.reset(4)
+    policy = ExpertChunkPolicy(env.make_expert(), H, env.spec)
+    intervener = ScriptedIntervener(env, takeover_m=0.04)
+    episode = run_actor_episode(env, LocalChunkSource(policy, 0), None, intervener, "vlash", seed=4, horizon=H)
+    assert episode.success and episode.intervention_ticks == 0 and episode.takeovers == 0
+
+
+def test_interventions_taper_to_zero_over_episodes(env):
+    intervener = ScriptedIntervener(env, takeover_m=0.04, handback_m=0.01, min_ticks=5,
+                                    initial_budget_ticks=45, taper_episodes=3)
+    ticks = []
+    for seed in range(4):
+        episode = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, intervener, "vlash",
+                                    seed=seed, horizon=H)
+        ticks.append(episode.intervention_ticks)
+    budgets = [45, 30, 15, 0]  # 45 * (1 - e/3)
+    assert all(0 <= t <= b for t, b in zip(ticks, budgets)) and ticks[0] > 0 and ticks[-1] == 0
+    assert intervener.intervention_ticks == sum(ticks)
