@@ -281,11 +281,11 @@ def synthetic_batches(episode: int, n: int, *, success: bool, intervene: slice =
     images = rng.integers(0, 255, (n, 16, 16, 3), dtype=np.uint8)
     env = rng.normal(0, 1, (n, 3)).astype(np.float32)
     return [TransitionBatch(
-        robot_id="sim0", episode_id=episode, seq=s, ticks=t[s:s + 4].astype(np.int64), state=state[s:s + 4],
-        action=state[s:s + 4] + 0.01, policy_action=state[s:s + 4] + 0.02, reward=reward[s:s + 4],
-        intervention=intervention[s:s + 4], version=np.full(len(t[s:s + 4]), version, np.int64),
-        delay_ticks=np.ones(len(t[s:s + 4]), np.int64), images={"front": images[s:s + 4]}, env_state=env[s:s + 4],
-        instruction="pick cube", episode_done=s + 4 >= n, success=success) for s in range(0, n, 4)]
+        robot_id="sim0", episode_id=episode, seq=r.start, ticks=t[r].astype(np.int64), state=state[r],
+        action=state[r] + 0.01, policy_action=state[r] + 0.02, reward=reward[r], intervention=intervention[r],
+        version=np.full(len(t[r]), version, np.int64), delay_ticks=np.ones(len(t[r]), np.int64),
+        images={"front": images[r]}, env_state=env[r], instruction="pick cube", episode_done=r.stop >= n,
+        success=success) for r in (slice(s, s + 4) for s in range(0, n, 4))]
 
 
 def real_buffer(root) -> OnlineBuffer:

@@ -37,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     online.add_argument("--preset", default="default", help="with --learn: the algorithm's preset (default: default)")
     online.add_argument("--learn-set", action="append", default=[], metavar="FIELD=VALUE",
                         help="with --learn: override one preset field (passed to `robotrl learn --set`); repeatable")
-    online.add_argument("--learn-min-transitions", type=int,
-                        help="with --learn: transitions in the buffer before the first update (learner default)")
+    online.add_argument("--learner-args", default="",
+                        help="with --learn: more options for `robotrl learn`, one string, e.g. "
+                             "\"--min-transitions 200 --publish-every 10\"")
     online.add_argument("--learn-out", type=Path, default=Path("outputs/learn"),
                         help="with --learn: run folder (buffer/, learner/, actor logs, curves.png)")
     online.add_argument("--resume", action="store_true", help="with --learn: continue the run in --learn-out")

@@ -13,6 +13,7 @@ updates.csv, episodes.csv), `actor<k>.csv`, `actors.csv`, `curves.png`.
 
 from __future__ import annotations
 
+import shlex
 import socket
 import subprocess
 import sys
@@ -56,8 +57,7 @@ def learner_command(args, out: Path, transitions: str, weights: str) -> list[str
         cmd += ["--demo-dataset", str(dataset)]
     for setting in args.learn_set:
         cmd += ["--set", setting]
-    if args.learn_min_transitions is not None:
-        cmd += ["--min-transitions", str(args.learn_min_transitions)]
+    cmd += shlex.split(args.learner_args)
     if args.resume:
         cmd.append("--resume")
     return cmd
