@@ -81,11 +81,13 @@ def test_demo_runs_every_stage_with_tiny_budgets(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--episodes", "1", "--record-episodes", "3", "--train-minutes", "0.2",
-                 "--deploy-episodes", "1", "--latency-episodes", "1"]) == 0
+                 "--deploy-episodes", "1", "--latency-episodes", "1", "--online-episodes", "2"]) == 0
     text = capsys.readouterr().out
-    for stage in range(1, 6):
-        assert f"stage {stage}/5" in text
+    for stage in range(1, 7):
+        assert f"stage {stage}/6" in text
     assert (out / "dataset" / "meta" / "info.json").is_file()
     assert (out / "policy" / "model.safetensors").is_file()
     assert (out / "bench" / "latency" / "report.md").is_file()
     assert "inference delay (ticks)" in text  # the deploy stage ran over the local server
+    assert len((out / "online" / "actors.csv").read_text().splitlines()) == 3  # header + 2 online episodes
+    assert (out / "online" / "learner" / "checkpoint" / "meta.json").is_file()  # the learner stopped cleanly

@@ -9,7 +9,10 @@ no hardware, no network). Each stage builds on the one before:
 4. deploying that policy asynchronously (local inference server, VLASH execution) to the
    shifted-physics scenario at 30 Hz on the wall clock;
 5. a short latency benchmark (stepped, injected delay): sync vs naive vs VLASH, with
-   report.md and PNG plots.
+   report.md and PNG plots;
+6. online fine-tuning in the shifted scenario (`deploy --learn`: learner, server taking
+   its weights, simulated arm streaming transitions, scripted expert intervening with a
+   tapering budget), with the success and intervention curve.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-STAGES = 5
+STAGES = 6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deploy-episodes", type=int, default=5, help="stage 4: deployed episodes (default: 5)")
     parser.add_argument("--latency-episodes", type=int, default=10,
                         help="stage 5: episodes per mode and delay in the latency benchmark (default: 10)")
+    parser.add_argument("--online-episodes", type=int, default=20,
+                        help="stage 6: episodes of online fine-tuning (default: 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
 
 
@@ -42,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     policy = stage_train(args, dataset)
     stage_deploy(args, policy)
     stage_latency(args, policy)
+    stage_online(args, policy)
     return 0
 
 
@@ -121,3 +127,14 @@ def stage_latency(args: argparse.Namespace, policy: Path) -> None:
     _cli(["bench", "latency", "--policy", str(policy), "--task", "reach", "--delays", "0,4",
           "--modes", "sync,naive,vlash", "--episodes", str(args.latency_episodes), "--out", str(out)])
     print(f"report and plots: {out / 'latency'}/ (report.md, *.png)")
+
+
+def stage_online(args: argparse.Namespace, policy: Path) -> None:
+    _banner(6, "online fine-tuning in the shifted scenario (hil-flow learner, scripted intervener, stepped)")
+    out = args.out / "online"
+    shutil.rmtree(out, ignore_errors=True)
+    _cli(["deploy", "--robot", "sim", "--task", "reach", "--policy", str(policy), "--scenario", "shifted",
+          "--learn", "--algo", "hil-flow", "--learn-out", str(out), "--episodes", str(args.online_episodes),
+          "--seed", str(args.seed + 2000), "--stepped-delay", "2", "--budget-ticks", "40",
+          "--taper-episodes", str(max(1, args.online_episodes // 2)),
+          "--learner-args", "--min-transitions 200 --publish-every 10 --checkpoint-every 50"])
