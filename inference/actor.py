@@ -38,7 +38,7 @@ class ActorEpisode:
 
 def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *, horizon: int,
                       threshold: float = 0.5, delay: DelayEstimator | None = None,
-                      lost_errors: tuple[type[BaseException], ...] = ()) -> ActorEpisode:
+                      lost_errors: tuple[type[BaseException], ...] = (), max_ticks: int | None = None) -> ActorEpisode:
     """Reset `env` with `seed` and run one episode until it is done.
 
     Args:
@@ -50,6 +50,11 @@ def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *
         mode: executor mode (`robotrl.inference.executor.MODES`).
         horizon: H rows per chunk of the policy behind `source`.
         threshold, delay, lost_errors: as for `Executor`.
+        max_ticks: end the episode after this many ticks (a real arm never ends by itself).
+
+    The episode also ends when the hook sets `outcome` (a human pressed success or
+    failure, `TeleopIntervention`); that label is the episode's success and a success
+    earns reward 1 on the last tick (a real arm has no reward of its own).
     """
     obs = env.reset(seed)
     if hasattr(intervener, "begin_episode"):
@@ -59,26 +64,31 @@ def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *
     robot = EnvRobot(env)
     executor = Executor(robot, source, horizon, mode, threshold=threshold, delay=delay,
                         instruction=env.instruction, lost_errors=lost_errors,
-                        env_state=lambda: env.task.env_state(env.sim), intervention=intervener)
-    episode_return = 0.0
+                        env_state=(lambda: env.task.env_state(env.sim)) if hasattr(env, "task") else None,
+                        intervention=intervener)
+    episode_return, success = 0.0, False
     while True:
         record = executor.tick()
         step = robot.last_step
-        episode_return += step.reward
+        outcome = getattr(intervener, "outcome", None)
+        ended = step.done or outcome is not None or (max_ticks is not None and len(executor.trace) >= max_ticks)
+        reward = 1.0 if outcome and not step.done else step.reward
+        success = bool(step.success) if outcome is None else outcome
+        episode_return += reward
         if streamer is not None:
             policy_row = record.requested_rad if record.policy_rad is None else record.policy_rad
             streamer.record(record.tick, obs.state.q_rad, obs.state.images, obs.env_state, record.sent_rad,
-                            policy_row, step.reward, record.intervened, record.version, record.delay_ticks)
+                            policy_row, reward, record.intervened, record.version, record.delay_ticks)
         obs = step.obs
-        if step.done:
+        if ended:
             break
     if streamer is not None:
-        streamer.end_episode(step.success)
+        streamer.end_episode(success)
     if hasattr(intervener, "end_episode"):
-        intervener.end_episode(step.success)
+        intervener.end_episode(success)
     trace = executor.trace
     return ActorEpisode(
-        seed=seed, success=bool(step.success), ticks=len(trace),
+        seed=seed, success=success, ticks=len(trace),
         intervention_ticks=sum(r.intervened for r in trace),
         takeovers=getattr(intervener, "episode_takeovers", 0),
         versions=sorted({r.version for r in trace if r.version >= 0}), pauses=executor.pauses,
@@ -87,7 +97,7 @@ def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *
 
 def actor_episodes(env, client, server_info: dict, *, episodes: int, seed: int, mode: str, robot_id: str,
                    streamer=None, intervener=None, stepped_delay: int | None = None, log=None,
-                   wall_start_s: float | None = None) -> list[ActorEpisode]:
+                   wall_start_s: float | None = None, max_ticks: int | None = None) -> list[ActorEpisode]:
     """Run `episodes` episodes (seeds `seed`, `seed + 1`, ...) of `env` against the policy
     server behind `client` (connected; `server_info` its hello reply).
 
@@ -111,7 +121,8 @@ def actor_episodes(env, client, server_info: dict, *, episodes: int, seed: int, 
     results = []
     for i in range(episodes):
         ep = run_actor_episode(env, source, streamer, intervener, mode, seed + i, horizon=int(server_info["horizon"]),
-                               delay=DelayEstimator(initial_ticks=first_delay), lost_errors=(WireError,))
+                               delay=DelayEstimator(initial_ticks=first_delay), lost_errors=(WireError,),
+                               max_ticks=max_ticks)
         ep.trace = []  # long runs: keep the outcome, not every tick
         results.append(ep)
         if log is not None:

@@ -103,3 +103,51 @@ def test_interventions_taper_to_zero_over_episodes(env):
     budgets = [45, 30, 15, 0]  # 45 * (1 - e/3)
     assert all(0 <= t <= b for t, b in zip(ticks, budgets)) and ticks[0] > 0 and ticks[-1] == 0
     assert intervener.intervention_ticks == sum(ticks)
+
+
+class ScriptedDevice:
+    """A teleop device that takes over at ticks 5-9 (target: 0.2 rad more on joint 0 than
+    the arm) and presses success at tick 20."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def reset(self, state) -> None:
+        self.reads = 0
+
+    def read(self, state):
+        from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
+
+        tick, self.reads = self.reads, self.reads + 1
+        target = np.array(state.q_rad, dtype=np.float64) + np.array([0.2, 0, 0, 0, 0, 0])
+        return TeleopCommand(target, TeleopEvents(intervene=5 <= tick <= 9, success=tick == 20))
+
+
+def test_teleop_device_takes_over_and_its_success_key_ends_the_episode(env):
+    from robotrl.hardware.teleop.intervention import TeleopIntervention
+
+    class Rows:  # a streamer that keeps what it is given
+        def begin_episode(self, instruction):
+            self.rewards, self.flags, self.success = [], [], None
+
+        def record(self, tick, state, images, env_state, action, policy_action, reward, intervention, *rest):
+            self.rewards.append(reward)
+            self.flags.append(intervention)
+
+        def end_episode(self, success):
+            self.success = success
+
+    hook, rows = TeleopIntervention(ScriptedDevice(), env.robot), Rows()
+    ep = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), rows, hook, "vlash", seed=3, horizon=H)
+    flagged = [r.tick for r in ep.trace if r.intervened]
+    assert flagged == [5, 6, 7, 8, 9] and ep.takeovers == 1
+    assert ep.success and ep.ticks == 21 and rows.success  # ended by the human's success key at tick 20
+    assert rows.rewards[-1] == 1.0 and all(r < 1.0 for r in rows.rewards[:-1])  # the label earns reward 1
+    assert [i for i, f in enumerate(rows.flags) if f] == [5, 6, 7, 8, 9]
+    assert ep.trace[5].sent_rad[0] > ep.trace[4].sent_rad[0]  # the device's target drove the arm
+
+
+def test_real_arm_episodes_end_at_max_ticks(env):
+    ep = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, None, "vlash", seed=3, horizon=H,
+                           max_ticks=12)
+    assert ep.ticks == 12 and not ep.success

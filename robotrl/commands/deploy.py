@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 from robotrl.errors import UserError
+from robotrl.record.teleop import add_device_arguments
 
 MODES = ("sync", "naive", "vlash", "vlash+rtc")
+INTERVENERS = ("none", "scripted", "keyboard", "gamepad", "leader")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,9 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --learn: actors.csv or --actor-log of a run without learning, drawn next to the curve")
     online.add_argument("--transitions", help="stream transitions to a running learner at this endpoint "
                                               "(e.g. tcp://learner:5560)")
-    online.add_argument("--intervene", choices=("none", "scripted"), default=None,
-                        help="sim: the scripted expert takes over when the policy drifts (default: scripted with "
-                             "--learn or --transitions in sim, else none)")
+    online.add_argument("--intervene", choices=INTERVENERS, default=None,
+                        help="who may take over: scripted (sim: the task's expert, when the policy drifts), or a "
+                             "person with keyboard (i toggles), gamepad or leader (--leader-port); their success/"
+                             "failure keys end and label the episode (default: scripted with --learn or "
+                             "--transitions in sim, else none)")
     online.add_argument("--budget-ticks", type=int, default=150,
                         help="scripted intervener: intervention ticks allowed in the first episode (default: 150)")
     online.add_argument("--taper-episodes", type=int, default=100,
@@ -61,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sim: run on a simulated clock, each chunk taken in exactly D ticks after its "
                              "request (faster than real time, reproducible); default: 30 Hz wall clock")
     online.add_argument("--actor-log", type=Path, help="CSV file: one row per episode (success, interventions, ...)")
+    add_device_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown mode {args.mode!r}; choose from {', '.join(MODES)}")
     if args.intervene is None:
         args.intervene = "scripted" if args.robot == "sim" and (args.learn or args.transitions) else "none"
-    if args.robot != "sim" and (args.intervene != "none" or args.stepped_delay is not None or args.actors != 1):
+    if args.robot != "sim" and (args.intervene == "scripted" or args.stepped_delay is not None or args.actors != 1):
         raise UserError("--intervene scripted, --stepped-delay and --actors are for simulated arms (--robot sim)")
     if args.learn:
         return _run_learning(args)
@@ -134,19 +139,30 @@ def _run_actor(args, session, client, info: dict, wall_start_s: float | None = N
         spec = TransitionSpec(session.spec.num_joints, int(info["action_dim"]),
                               {cam: (size, size) for cam in info.get("cameras", ())}, int(info.get("env_state_dim") or 0))
         streamer = TransitionStreamer(args.transitions, robot_id, spec)
+    device = None
     if args.intervene == "scripted":
         from robotrl.sim.intervener import ScriptedIntervener
 
         intervener = ScriptedIntervener(session, initial_budget_ticks=args.budget_ticks,
                                         taper_episodes=args.taper_episodes)
+    elif args.intervene != "none":
+        from robotrl.hardware.teleop.intervention import TeleopIntervention
+        from robotrl.record.teleop import make_teleop
+
+        device = make_teleop(args.intervene, args, session)
+        device.connect()
+        intervener = TeleopIntervention(device, session.robot)
     if args.actor_log:
         args.actor_log.unlink(missing_ok=True)
         log = CsvLog(args.actor_log)
     try:
         return actor_episodes(session, client, info, episodes=args.episodes, seed=args.seed, mode=args.mode,
                               robot_id=robot_id, streamer=streamer, intervener=intervener,
-                              stepped_delay=args.stepped_delay, log=log, wall_start_s=wall_start_s)
+                              stepped_delay=args.stepped_delay, log=log, wall_start_s=wall_start_s,
+                              max_ticks=int(args.max_seconds * session.spec.control_rate_hz))
     finally:
+        if device is not None:
+            device.disconnect()
         if streamer is not None:
             streamer.close()
         if log is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from robotrl.errors import UserError
 
-TELEOPS = ("expert", "keyboard", "gamepad", "leader", "replay")
+from robotrl.record.teleop import TELEOPS, add_device_arguments, make_teleop
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
     parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
-    parser.add_argument("--leader-port", help="leader teleop: serial port of the leader arm")
-    parser.add_argument("--leader-id", default="leader", help="leader teleop: lerobot calibration id")
-    parser.add_argument("--replay-root", type=Path, help="replay teleop: dataset whose actions are replayed")
-    parser.add_argument("--replay-episode", type=int, default=0, help="replay teleop: episode index")
+    add_device_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         writer = DatasetWriter(args.root, dataset_features(session.spec, session.env_state_dim),
                                fps=args.fps, robot_type=session.spec.name, resume=args.resume)
-        teleop = _make_teleop(args, session)
+        teleop = make_teleop(args.teleop, args, session)
         teleop.connect()
         before = writer.num_episodes
         try:
@@ -103,35 +100,3 @@ def _make_session(args: argparse.Namespace):
                       clock=clock)
     robot.connect(watchdog_thread=True)
     return RobotSession(robot, args.task, clock)
-
-
-def _make_teleop(args: argparse.Namespace, session):
-    if args.teleop == "expert":
-        if args.robot != "sim":
-            raise UserError("--teleop expert needs --robot sim (the scripted expert knows the sim task)")
-        from robotrl.sim.teleop import ExpertTeleop
-
-        return ExpertTeleop(session, noise_m=args.noise)
-    if args.teleop == "replay":
-        if args.replay_root is None:
-            raise UserError("--teleop replay needs --replay-root")
-        from robotrl.hardware.teleop.replay import ReplayTeleop
-
-        return ReplayTeleop(args.replay_root, args.replay_episode)
-    if args.teleop == "leader":
-        if not args.leader_port:
-            raise UserError("--teleop leader needs --leader-port")
-        from robotrl.hardware.teleop.leader import LeaderArmTeleop
-
-        return LeaderArmTeleop(session.spec.name, port=args.leader_port, robot_id=args.leader_id)
-    from robotrl.hardware.kinematics import Kinematics
-    from robotrl.hardware.models import get_arm
-
-    kinematics = Kinematics(get_arm(session.spec.name))
-    if args.teleop == "keyboard":
-        from robotrl.hardware.teleop.keyboard import KeyboardTeleop, TerminalKeys
-
-        return KeyboardTeleop(kinematics, TerminalKeys())
-    from robotrl.hardware.teleop.gamepad import GamepadTeleop, PygameAxes
-
-    return GamepadTeleop(kinematics, PygameAxes())
