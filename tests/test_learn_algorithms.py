@@ -123,6 +123,16 @@ def test_sac_improves_the_return_of_a_point_mass():
     assert point_mass_return(served) == after
 
 
+def resume(algo: Algorithm, state: dict, rng_state: dict, buffer, updates: int) -> None:
+    """Load `state` into `algo`, then run `updates` updates with a generator restored to
+    `rng_state` (the bit generator state saved along with `state`)."""
+    algo.load_state_dict(state)
+    rng = np.random.default_rng()
+    rng.bit_generator.state = rng_state
+    for _ in range(updates):
+        algo.update(buffer, 0, rng)
+
+
 def test_sac_state_dict_resumes_bitwise():
     buffer = PointMassBuffer(10)
     a, rng = make_sac(), np.random.default_rng(1)
@@ -133,11 +143,7 @@ def test_sac_state_dict_resumes_bitwise():
         a.update(buffer, 0, rng)
     b = make_algorithm("sac", TransitionSpec(1, 1), preset="tiny",
                        overrides={"max_step_rad": MAX_STEP, "deterministic_serving": True, "discount": 0.9}, seed=5)
-    b.load_state_dict(state)
-    rng2 = np.random.default_rng()
-    rng2.bit_generator.state = rng_state
-    for _ in range(2):
-        b.update(buffer, 0, rng2)
+    resume(b, state, rng_state, buffer, 2)
     assert a.policy_weights() == b.policy_weights()
     for k, v in a.critic_target.state_dict().items():
         assert torch.equal(v, b.critic_target.state_dict()[k])
@@ -233,11 +239,7 @@ def test_hil_flow_update_lowers_the_weighted_loss_and_resumes_bitwise():
     losses = [algo.update(buffer, 0, rng)["loss_flow"] for _ in range(60)]
     assert np.mean(losses[-5:]) < 0.7 * first["loss_flow"], (first["loss_flow"], losses[-5:])
     resumed = HilFlow(spec, tiny_flow(seed=9), HilFlowConfig(batch_size=16, lr=3e-3, flow_samples=2), seed=3)
-    resumed.load_state_dict(state)
-    rng2 = np.random.default_rng()
-    rng2.bit_generator.state = rng_state
-    for _ in range(60):
-        resumed.update(buffer, 0, rng2)
+    resume(resumed, state, rng_state, buffer, 60)
     assert resumed.policy_weights() == algo.policy_weights()
     served = tiny_flow(seed=9)  # the server's copy takes the weights as bytes
     served.load_weights(algo.policy_weights())

@@ -16,8 +16,7 @@ from torch.nn import functional as F
 
 from robotrl.hardware.errors import ConfigError
 from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
-from robotrl.policies.checkpoint import (load_weights_bytes, read_checkpoint, save_weights_bytes,
-                                         write_checkpoint)
+from robotrl.policies.sac.actor_policy import ActorPolicy, read_actor
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import SacActor
 
@@ -60,17 +59,15 @@ def observation_tensors(state: np.ndarray, env_state: np.ndarray | None, images:
     return obs
 
 
-class SacChunkPolicy:
+class SacChunkPolicy(ActorPolicy):
+    NOISE_SALT = 54_321
+
     def __init__(self, actor: SacActor, *, seed: int = 0, version: int = 0, deterministic: bool = False) -> None:
-        self.actor = actor.eval()
+        super().__init__(actor, seed=seed, version=version, deterministic=deterministic)
         self.config: SacNetConfig = actor.config
         if self.config.action_dim > self.config.state_dim:
             raise ConfigError(f"SAC actions are deltas from the first A state entries: action_dim "
                               f"({self.config.action_dim}) must be <= state_dim ({self.config.state_dim})")
-        self.seed = seed
-        self.version = version
-        self.deterministic = deterministic
-        self._generator = torch.Generator()
 
     @property
     def metadata(self) -> PolicyMetadata:
@@ -78,9 +75,6 @@ class SacChunkPolicy:
         size = next(iter(c.cameras.values()))[0] if c.cameras else 0
         return PolicyMetadata(POLICY_TYPE, c.horizon, c.action_dim, c.control_rate_hz, c.state_dim,
                               tuple(c.cameras), size, "", c.env_state_dim)
-
-    def reset(self) -> None:
-        """Stateless between chunks: nothing to clear."""
 
     @torch.no_grad()
     def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
@@ -91,28 +85,16 @@ class SacChunkPolicy:
             raise ValueError(f"state_rad must be ({c.state_dim},) finite, got {state.shape}")
         env = None if obs.env_state is None else np.asarray(obs.env_state)[None]
         tensors = observation_tensors(state[None], env, {k: np.asarray(v)[None] for k, v in obs.images.items()}, c)
-        self._generator.manual_seed((self.seed * 1_000_003 + obs.tick * 7_919 + 54_321) % (2 ** 63))
-        unit, _ = self.actor(tensors, self._generator, self.deterministic)
+        unit = self._act(tensors, obs.tick)
         actions = unit_to_chunk(unit[0].numpy(), state, c.max_step_rad, c.horizon)
         return ActionChunk(actions, obs.tick + obs.delay_ticks, self.version)
 
-    # --- live weights and checkpoints ----------------------------------------------------
-    def weights_bytes(self) -> bytes:
-        """Actor (encoder + head) weights as safetensors bytes."""
-        return save_weights_bytes(self.actor.state_dict())
-
-    def load_weights(self, data: bytes) -> None:
-        """Replace the actor's weights with safetensors bytes (names and shapes must match)."""
-        self.actor.load_state_dict(load_weights_bytes(data, self.actor.state_dict()))
-
+    # --- checkpoints ------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         """Checkpoint folder: model.safetensors (actor) + config.json (network config)."""
-        write_checkpoint(path, POLICY_TYPE, self.actor.state_dict(), {"config": self.config.to_dict(),
-                                                                      "training": {"version": self.version}})
+        self._write_actor(path, POLICY_TYPE)
 
     @classmethod
     def load(cls, path: Path, *, seed: int = 0) -> SacChunkPolicy:
-        doc, tensors = read_checkpoint(path, POLICY_TYPE)
-        actor = SacActor(SacNetConfig.from_dict(doc["config"]))
-        actor.load_state_dict(tensors)
-        return cls(actor, seed=seed, version=int(doc.get("training", {}).get("version", 0)))
+        actor, _, version = read_actor(path, POLICY_TYPE)
+        return cls(actor, seed=seed, version=version)

@@ -31,6 +31,7 @@ import msgspec
 import numpy as np
 
 from robotrl.buffer.episode import ROW_FIELDS, Episode, PartialEpisode
+from robotrl.fsutil import fsync_dir
 from robotrl.wire import codec
 from robotrl.wire.errors import ProtocolError
 from robotrl.wire.messages import TransitionBatch
@@ -98,7 +99,7 @@ def write_segment(path: Path, episode: Episode, *, fsync: bool = True) -> int:
             os.fsync(f.fileno())
     os.replace(tmp, path)
     if fsync:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return _HEADER.size + len(meta) + offset
 
 
@@ -159,14 +160,6 @@ def _parse_head(path: Path, head, read) -> tuple[SegmentMeta, tuple[int, int]]:
     except msgspec.MsgspecError as exc:
         raise CorruptSegment(f"{path}: undecodable meta ({exc})") from None
     return meta, (payload_crc, payload_len)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _journal_name(key: tuple[str, int]) -> str:
@@ -304,7 +297,7 @@ class EpisodeLog:
         if f is None:
             f = self._journals[key] = open(self.journal_dir / _journal_name(key), "ab")
             if self.fsync:
-                _fsync_dir(self.journal_dir)
+                fsync_dir(self.journal_dir)
         (body,) = codec.encode(batch, inline_limit_bytes=_NO_LIMIT)
         f.write(_RECORD.pack(len(body), zlib.crc32(body)))
         f.write(body)

@@ -78,6 +78,18 @@ def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def config_json(config) -> str:
+    """A frozen config dataclass as the JSON string a `state_dict` stores."""
+    return json.dumps(dataclasses.asdict(config))
+
+
+def check_saved_config(state: dict, config, name: str) -> None:
+    """Raise `ConfigError` unless `state` (a `state_dict` of algorithm `name`) was written
+    with `config`."""
+    if json.loads(state["config"]) != json.loads(config_json(config)):
+        raise ConfigError(f"the checkpoint was written with another {name} config; resume with the same preset")
+
+
 def batch_metrics(staleness: np.ndarray, intervention: np.ndarray, is_demo: np.ndarray) -> dict[str, float]:
     """Data metrics of a sampled batch: staleness mean/max over online rows, intervention
     and demo fractions."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from robotrl.fsutil import fsync_file, replace_dir
 from robotrl.hardware.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -55,19 +55,11 @@ def save_checkpoint(path: Path | str, state: dict, meta: dict) -> Path:
         (tmp / STATE_FILE).write_text(json.dumps(tree))
         (tmp / META_FILE).write_text(meta_text)
         for name in FILES:
-            _fsync_file(tmp / name)
-        _fsync_dir(tmp)
-        if path.exists():
-            if prev.exists():
-                shutil.rmtree(prev)
-            os.rename(path, prev)
-        os.rename(tmp, path)
-        _fsync_dir(path.parent)
+            fsync_file(tmp / name)
+        replace_dir(tmp, path, prev)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if prev.exists():
-        shutil.rmtree(prev)
     return path
 
 
@@ -161,18 +153,3 @@ def _remove_stale_tmp(path: Path) -> None:
     for stale in path.parent.glob(f"{path.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
 
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

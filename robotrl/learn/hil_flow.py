@@ -11,8 +11,7 @@ policy's own flow-matching loss as a weighted mean over rows.
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,7 +19,9 @@ import torch
 from robotrl.buffer.sampler import ChunkSample
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.hardware.errors import ConfigError
-from robotrl.learn.algorithm import batch_metrics, ess_fraction, load_optimizer_state, module_state, optimizer_state
+from robotrl.learn.algorithm import (batch_metrics, check_saved_config, config_json, ess_fraction,
+                                     load_optimizer_state, module_state, optimizer_state)
+from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
 from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.fastslow.slow import resize_images
@@ -51,6 +52,13 @@ def accepted_chunks(sample: ChunkSample) -> np.ndarray:
     """(B,) bool: demo chunks and chunks of successful or corrected episodes."""
     return np.asarray(sample.is_demo, bool) | np.asarray(sample.episode_success, bool) | \
         np.asarray(sample.episode_intervened, bool)
+
+
+def check_policy_spec(spec: TransitionSpec, config: FastSlowConfig) -> None:
+    """Raise `ConfigError` unless the buffer's state and action sizes are the policy's."""
+    if (spec.state_dim, spec.action_dim) != (config.state_dim, config.action_dim):
+        raise ConfigError(f"the policy reads state {config.state_dim} / action {config.action_dim}, the buffer spec "
+                          f"has {spec.state_dim} / {spec.action_dim}")
 
 
 def flow_inputs(policy: FastSlowPolicy, state: np.ndarray, env_state: np.ndarray | None,
@@ -119,9 +127,7 @@ class HilFlow:
 
     def __init__(self, spec: TransitionSpec, policy: FastSlowPolicy, config: HilFlowConfig, *, seed: int = 0) -> None:
         c = policy.config
-        if (spec.state_dim, spec.action_dim) != (c.state_dim, c.action_dim):
-            raise ConfigError(f"the policy reads state {c.state_dim} / action {c.action_dim}, the buffer spec has "
-                              f"{spec.state_dim} / {spec.action_dim}")
+        check_policy_spec(spec, c)
         missing = sorted(set(c.cameras) - set(spec.cameras))
         if missing or (c.use_env_state and spec.env_state_dim != c.env_state_dim):
             raise ConfigError(f"the buffer spec lacks what the policy reads: cameras {missing}, env_state "
@@ -171,11 +177,10 @@ class HilFlow:
 
     def state_dict(self) -> dict:
         return {"model": module_state(self.model), "optim": optimizer_state(self.optimizer),
-                "torch_rng": self.torch_rng.clone(), "updates": self.updates, "config": json.dumps(asdict(self.config))}
+                "torch_rng": self.torch_rng.clone(), "updates": self.updates, "config": config_json(self.config)}
 
     def load_state_dict(self, state: dict) -> None:
-        if json.loads(state["config"]) != json.loads(json.dumps(asdict(self.config))):
-            raise ConfigError("the checkpoint was written with another hil-flow config; resume with the same preset")
+        check_saved_config(state, self.config, self.name)
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optim"])
         self.torch_rng = state["torch_rng"].clone()

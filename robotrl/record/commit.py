@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
+
+from robotrl.fsutil import fsync_file, replace_dir
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,6 @@ def _dataset_files(root: Path) -> list[str]:
                   if p.is_file() and COMMIT_DIR not in p.relative_to(root).parts)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def commit(root: Path) -> None:
     """Record the dataset's current state as the last good one (atomic)."""
     base = root / COMMIT_DIR
@@ -45,19 +38,11 @@ def commit(root: Path) -> None:
         if (root / rel).is_file():
             target = tmp / rel.replace("/", "__")
             shutil.copyfile(root / rel, target)
-            with open(target, "rb") as f:
-                os.fsync(f.fileno())
+            fsync_file(target)
     manifest = tmp / "manifest.json"
     manifest.write_text(json.dumps(_dataset_files(root)))
-    with open(manifest, "rb") as f:
-        os.fsync(f.fileno())
-    _fsync_dir(tmp)
-    shutil.rmtree(old, ignore_errors=True)
-    if current.exists():
-        current.rename(old)
-    tmp.rename(current)
-    _fsync_dir(base)
-    shutil.rmtree(old, ignore_errors=True)
+    fsync_file(manifest)
+    replace_dir(tmp, current, old)
 
 
 def recover(root: Path) -> bool:

@@ -1,0 +1,48 @@
+"""Durable file system steps: fsync a file or a folder, swap a folder in atomically.
+
+A rename is only durable once the folder that holds it is fsynced, and a file's bytes
+only once the file is; the crash-safe writers (buffer segments, learner checkpoints,
+dataset commits) are built from these steps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+
+def fsync_file(path: Path) -> None:
+    """Flush the bytes of the file at `path` to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush the entries of folder `path` (renames, new and removed files) to disk."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_dir(new: Path, path: Path, backup: Path) -> None:
+    """Put folder `new` (its files already fsynced) at `path`, replacing what is there.
+
+    `new` is fsynced, the old `path` renamed to `backup` (a stale `backup` is removed
+    first), `new` renamed to `path`, the parent folder fsynced, then `backup` removed. A
+    crash at any moment leaves a complete folder at `path` or at `backup`: a `backup` is
+    only removed while `path` exists.
+    """
+    fsync_dir(new)
+    if path.exists():
+        if backup.exists():
+            shutil.rmtree(backup)
+        os.rename(path, backup)
+    os.rename(new, path)
+    fsync_dir(path.parent)
+    shutil.rmtree(backup, ignore_errors=True)
