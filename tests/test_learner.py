@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
-from robotrl.learn.metrics import CsvLog, plot_learning_curves, read_csv, rolling_mean, staleness_histogram
+from robotrl.learn.metrics import (CsvLog, plot_learning_curves, plot_update_curves, read_csv, rolling_mean,
+                                   staleness_histogram)
 
 
 def _state(seed: int = 0) -> dict:
@@ -144,6 +145,16 @@ def test_plot_learning_curves_writes_png(tmp_path):
                 w.writerow({"episode": i, "wall_s": 10 * i, "success": int(i % 10 < 10 * p),
                             "intervention_rate": max(0.0, 0.5 - i / 60)})
     png = plot_learning_curves(tmp_path / "run.csv", tmp_path / "curves.png", baseline_csv=tmp_path / "base.csv")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_plot_update_curves_draws_every_loss_term(tmp_path):
+    log = CsvLog(tmp_path / "updates.csv")
+    for i in range(1, 11):
+        log.write({"updates": 20 * i, "loss_critic": 1.0 / i, "loss_actor": -0.1 * i, "ess": 0.9, "grad_norm": 2.0,
+                   "staleness_mean": 0.5, "updates_per_s": 10.0})
+    log.close()
+    png = plot_update_curves(tmp_path / "updates.csv", tmp_path / "losses.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 

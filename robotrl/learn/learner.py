@@ -10,7 +10,7 @@ with networks and optimizers, numpy/torch RNG, counters, buffer cursor). `stop()
 signal handler) or `max_updates` ends the loop with a final checkpoint.
 
 Output folder `out`: `checkpoint/` (see `robotrl.learn.checkpoint`), `updates.csv`,
-`episodes.csv`, `curves.png` (see `robotrl.learn.metrics`).
+`episodes.csv`, `curves.png`, `losses.png` (see `robotrl.learn.metrics`).
 
 Resume: the buffer is rebuilt from its own log (every committed episode, also those after
 the checkpoint); the learner reloads the checkpoint and continues. Weight versions
@@ -37,7 +37,7 @@ from robotrl.buffer.spec import SpecMismatch
 from robotrl.hardware.errors import ConfigError
 from robotrl.learn.algorithm import Algorithm
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
-from robotrl.learn.metrics import CsvLog, plot_learning_curves, staleness_histogram
+from robotrl.learn.metrics import CsvLog, plot_learning_curves, plot_update_curves, staleness_histogram
 from robotrl.wire import codec
 from robotrl.wire.errors import ProtocolError, WireError
 from robotrl.wire.messages import TransitionBatch
@@ -300,13 +300,14 @@ class Learner:
                  " ".join(f"{k}={float(v):.4g}" for k, v in list(terms.items())[:6]))
 
     def _plot(self) -> None:
-        if self.episodes_log.rows_written == 0:
-            return
+        title = f"robotrl learn {self.algorithm.name}"
         try:
-            plot_learning_curves(self.episodes_log.path, self.out / "curves.png",
-                                 title=f"robotrl learn {self.algorithm.name}")
+            if self.episodes_log.rows_written:
+                plot_learning_curves(self.episodes_log.path, self.out / "curves.png", title=title)
+            if self.updates_log.rows_written:
+                plot_update_curves(self.updates_log.path, self.out / "losses.png", title=title)
         except Exception:  # a plot must never take the learner down
-            log.exception("could not draw %s", self.out / "curves.png")
+            log.exception("could not draw the curves in %s", self.out)
 
     def _restore(self) -> None:
         if not checkpoint_exists(self.checkpoint_path):

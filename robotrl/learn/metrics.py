@@ -160,3 +160,29 @@ def plot_learning_curves(episodes_csv: Path | str, out_png: Path | str, *, basel
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return out_png
+
+
+def plot_update_curves(updates_csv: Path | str, out_png: Path | str, title: str = "learner") -> Path:
+    """PNG of updates.csv against updates: every loss term (`loss*`), ESS/B, gradient
+    norm, mean staleness (versions) and updates/s, one panel each. Returns `out_png`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_csv(updates_csv)
+    keys = [k for k in rows[0] if k.startswith("loss")] if rows else []
+    keys += [k for k in ("ess", "grad_norm", "staleness_mean", "updates_per_s") if rows and k in rows[0]]
+    fig, axes = plt.subplots(len(keys), 1, figsize=(8, 1.8 * len(keys) + 0.6), sharex=True, squeeze=False)
+    x = [float(r["updates"]) for r in rows]
+    for ax, key in zip(axes[:, 0], keys):
+        ax.plot(x, [float(r[key]) if r[key] != "" else float("nan") for r in rows])
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("updates")
+    fig.suptitle(title)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png
