@@ -83,3 +83,20 @@ def test_two_actors_server_learner_killed_and_resumed(tmp_path):
     assert len(actors) == 4 and all(int(r["version_max"]) >= 0 for r in actors)
     assert "success" in text and "intervention rate" in text
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sigterm_to_the_launcher_stops_learner_server_and_actors(tmp_path):
+    policy, out = tmp_path / "policy", tmp_path / "run"
+    tiny_reach_policy(policy)
+    proc = _deploy(out, policy, episodes=50, resume=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "actor1.csv").exists():
+        time.sleep(0.3)
+    children = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(children) >= 4  # launcher + learner + server + actor 1
+    proc.send_signal(signal.SIGTERM)  # to the launcher only
+    proc.communicate(timeout=90)
+    time.sleep(1.0)
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == []  # nothing orphaned
+    assert (out / "learner" / "checkpoint" / "meta.json").is_file()  # the learner stopped with a checkpoint

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import socket
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -186,6 +186,7 @@ def _run_learning(args: argparse.Namespace) -> int:
     if args.actors < 1:
         raise UserError("--actors must be >= 1")
     out = args.learn_out
+    signal.signal(signal.SIGTERM, _interrupt)  # run the clean-up below: never orphan the learner or server
     if (out / "learner").exists() and not args.resume:
         raise UserError(f"{out} already holds a run; add --resume to continue it or choose another --learn-out")
     out.mkdir(parents=True, exist_ok=True)
@@ -234,6 +235,10 @@ def _run_learning(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _cli_serve(policy: Path, endpoint: str, weights: str) -> list[str]:
     return [sys.executable, "-m", "robotrl.cli", "serve", "--policy", str(policy), "--bind", endpoint,
             "--weights-from", weights]
@@ -257,12 +262,6 @@ def _connect(client, server_proc: subprocess.Popen | None) -> dict:
     raise UserError("the local inference server did not answer within 2 minutes")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _server(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str]:
     """The endpoint to use, starting a local `robotrl serve` when none is given."""
     if args.server:
@@ -271,7 +270,9 @@ def _server(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str]:
         raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
     if not args.policy.exists():
         raise UserError(f"policy checkpoint {args.policy} does not exist")
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    from robotrl.learn.launch import free_port
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     proc = subprocess.Popen([sys.executable, "-m", "robotrl.cli", "serve", "--policy", str(args.policy),
                              "--bind", endpoint], stdout=subprocess.DEVNULL)
     return proc, endpoint
