@@ -14,7 +14,7 @@ from robotrl.buffer.spec import TransitionSpec
 from robotrl.hardware.errors import ConfigError
 from robotrl.learn.algorithm import Algorithm, ess_fraction, make_algorithm
 from robotrl.learn.dsrl import Dsrl, DsrlConfig, chunk_returns
-from robotrl.learn.hil_flow import HilFlow, HilFlowConfig, row_weights
+from robotrl.learn.hil_flow import HilFlow, HilFlowConfig, accepted_rows, row_weights
 from robotrl.learn.sac import SAC_PRESETS, Sac
 from robotrl.policies.base import ChunkPolicy, PolicyObservation
 from robotrl.policies.fastslow import FastSlowConfig, FastSlowPolicy
@@ -43,6 +43,19 @@ def test_row_weights_golden():
     # Nothing accepted: all zero, no division by zero.
     assert not row_weights(np.ones(2), np.zeros(2, bool), np.zeros((2, 3), bool), np.ones((2, 3), bool),
                            beta=1.0, max_weight=3.0, w_int=3.0).any()
+
+
+def test_accepted_rows_golden():
+    # 0: demo, all real -> all kept. 1: failed online episode, human takes over at row 2 ->
+    # only the human rows. 2: successful episode, human at row 1 only -> row 0 (drift before
+    # the correction) dropped, row 1 kept, rows 2-3 (policy after hand-back) kept.
+    # 3: successful, no human, last row padding -> rows 0-2.
+    intervention = np.array([[0, 0, 0, 0], [0, 0, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], bool)
+    mask = np.array([[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 0]], bool)
+    rows = accepted_rows(np.array([True, False, False, False]), np.array([False, False, True, True]),
+                         intervention, mask)
+    expected = np.array([[1, 1, 1, 1], [0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 0]], bool)
+    np.testing.assert_array_equal(rows, expected)
 
 
 def test_ess_and_chunk_returns_golden():

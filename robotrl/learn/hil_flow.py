@@ -1,11 +1,12 @@
 """`hil-flow`: intervention- and reward-weighted flow-matching fine-tuning of a
 FastSlowPolicy (HG-DAgger + Hi-ORS rejection sampling).
 
-Each update draws `ChunkSample`s from the buffer and keeps only accepted chunks: demos,
-chunks of successful episodes and chunks of episodes a human corrected. Every real row of
-an accepted chunk is weighted by its episode's return (exp of the batch-normalised return,
-clipped) and by `w_int` when the human executed it (`row_weights`). The loss is the
-policy's own flow-matching loss as a weighted mean over rows.
+Each update draws `ChunkSample`s from the buffer and keeps only accepted rows
+(`accepted_rows`): what a human executed, and the policy's own rows in demos and
+successful episodes except those the human then corrected. Every accepted row is weighted
+by its episode's return (exp of the batch-normalised return, clipped) and by `w_int` when
+the human executed it (`row_weights`). The loss is the policy's own flow-matching loss as
+a weighted mean over rows.
 """
 
 from __future__ import annotations
@@ -48,10 +49,19 @@ def row_weights(episode_return: np.ndarray, accepted: np.ndarray, intervention: 
     return (w / w[positive].mean() if positive.any() else w).astype(np.float32)
 
 
-def accepted_chunks(sample: ChunkSample) -> np.ndarray:
-    """(B,) bool: demo chunks and chunks of successful or corrected episodes."""
-    return np.asarray(sample.is_demo, bool) | np.asarray(sample.episode_success, bool) | \
-        np.asarray(sample.episode_intervened, bool)
+def accepted_rows(is_demo: np.ndarray, episode_success: np.ndarray, intervention: np.ndarray,
+                  mask: np.ndarray) -> np.ndarray:
+    """(B, H) bool: the chunk rows to learn from (HG-DAgger + rejection sampling).
+
+    Every real row a human executed is kept (the correction). The policy's own rows are
+    kept only in demos and successful episodes, and never when a human row follows them
+    in the same chunk: those are the drift the human corrected. Inputs: (B,) is_demo and
+    episode_success, (B, H) intervention and mask (real, not padding)."""
+    human = np.asarray(intervention, bool)
+    real = np.asarray(mask, bool)
+    human_later = np.flip(np.logical_or.accumulate(np.flip(human, 1), 1), 1)  # a human row at k or later
+    good_episode = (np.asarray(is_demo, bool) | np.asarray(episode_success, bool))[:, None]
+    return real & (human | (good_episode & ~human_later))
 
 
 def check_policy_spec(spec: TransitionSpec, config: FastSlowConfig) -> None:
@@ -144,11 +154,12 @@ class HilFlow:
     def update(self, buffer, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
         cfg = self.config
         sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, self.policy.config.horizon, learner_version, rng)
-        accepted = accepted_chunks(sample)
-        weights = row_weights(sample.episode_return, accepted, sample.intervention, sample.mask,
+        rows = accepted_rows(sample.is_demo, sample.episode_success, sample.intervention, sample.mask)
+        accepted = rows.any(1)
+        weights = row_weights(sample.episode_return, accepted, sample.intervention, rows,
                               beta=cfg.return_beta, max_weight=cfg.max_weight, w_int=cfg.w_int)
         data = batch_metrics(sample.staleness, sample.intervention[:, 0], sample.is_demo)
-        idx = np.flatnonzero(accepted & sample.mask.any(1))
+        idx = np.flatnonzero(accepted)
         if idx.size == 0:
             return {"loss_flow": 0.0, "accepted_frac": 0.0, "ess": 0.0, "grad_norm": 0.0, "skipped": 1.0, **data}
         self.model.train()
@@ -163,7 +174,7 @@ class HilFlow:
         self.optimizer.step()
         self.model.eval()
         self.updates += 1
-        real = weights[idx][np.asarray(sample.mask[idx], bool)]
+        real = weights[idx][rows[idx]]
         return {"loss_flow": float(loss.detach()), "accepted_frac": float(accepted.mean()), "ess": ess_fraction(real),
                 "grad_norm": grad, "skipped": 0.0, **data}
 
