@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, fields
 from robotrl.hardware.errors import ConfigError
 
 ACTION_MODES = ("delta", "absolute")
+LEGACY_DEFAULTS = {"text_gates_fresh": False}
+"""Values of fields a checkpoint's config.json may predate (the behaviour before them)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class FastSlowConfig:
     """Give the fast pathway the privileged `env_state` (sim only) as a fresh feature."""
     env_state_dim: int = 0
     """Length of `env_state` when `use_env_state`."""
+    env_object_dim: int = 0
+    """Read env_state as objects of this many numbers each (pick_place: 3, the xyz of each
+    cube and of the bin); the instruction attends over them and the named object joins
+    the fast pathway (robotrl.policies.fastslow.objects). 0: off."""
     ee_features_arm: str = ""
     """Arm model (e.g. "so101") whose forward kinematics give the fast pathway end-effector
     features of the state (position and gripper axes); "" = joints only."""
@@ -50,6 +56,11 @@ class FastSlowConfig:
     """"delta": the expert predicts rows minus the (forwarded) state, normalised per row and
     joint; "absolute": it predicts the targets themselves, normalised per joint. Outputs
     are absolute joint targets in radians either way."""
+    text_gates_fresh: bool = True
+    """FiLM the fast pathway's fresh features (state, env_state, EE) with the instruction's
+    text token, so the instruction can select among object features (which cube's
+    position matters); without it they only meet additively and pick_place policies
+    ignored which cube the instruction named (0/50). Checkpoints without the field: False."""
     max_age_ticks: int = 32
     """Largest latent age the age embedding distinguishes (older ages are clipped)."""
     rtc_train: bool = False
@@ -69,6 +80,10 @@ class FastSlowConfig:
             raise ConfigError(f"FastSlowConfig.action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
         if self.use_env_state and self.env_state_dim < 1:
             raise ConfigError("FastSlowConfig.use_env_state needs env_state_dim >= 1")
+        if self.env_object_dim < 0 or (self.env_object_dim and (
+                not self.use_env_state or self.env_state_dim % self.env_object_dim)):
+            raise ConfigError(f"FastSlowConfig.env_object_dim ({self.env_object_dim}) needs use_env_state and "
+                              f"must divide env_state_dim ({self.env_state_dim})")
         if len(self.cnn_channels) < 2:
             raise ConfigError("FastSlowConfig.cnn_channels needs at least 2 layers")
         if self.max_age_ticks < 0:
@@ -90,6 +105,7 @@ class FastSlowConfig:
     @classmethod
     def from_dict(cls, data: dict) -> FastSlowConfig:
         known = {f.name for f in fields(cls)}
+        data = {**LEGACY_DEFAULTS, **data}  # checkpoints from before those fields
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown FastSlowConfig fields {unknown} (checkpoint from a newer version?)")

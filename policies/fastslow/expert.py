@@ -3,7 +3,9 @@
 A residual MLP over the flattened (normalised) noisy chunk, modulated (adaptive layer
 norm) by a conditioning vector built once per chunk from the newest slow latent, the
 latent's age in ticks (embedded), the forwarded proprioceptive state and, if the
-checkpoint was trained with it, the privileged env_state; plus the flow time.
+checkpoint was trained with it, the privileged env_state; plus the flow time. The
+instruction's text token FiLMs the hidden layer of the fresh features (`text_gates_fresh`),
+so the instruction can select which object features matter, not only shift them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from torch import nn
 
 from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.objects import ObjectSelector
 
 
 def time_features(tau: torch.Tensor, dim: int = 64) -> torch.Tensor:
@@ -48,6 +51,16 @@ class ActionExpert(nn.Module):
         self.age_embed = nn.Embedding(config.max_age_ticks + 1, hidden)
         nn.init.normal_(self.age_embed.weight, std=0.02)
         self.fresh_proj = nn.Sequential(nn.Linear(fresh, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
+        self.fresh_film = None
+        if config.text_gates_fresh:  # text token -> (scale, shift) of the fresh features' hidden layer
+            self.fresh_film = nn.Linear(config.width, 2 * hidden)
+            nn.init.zeros_(self.fresh_film.weight)
+            nn.init.zeros_(self.fresh_film.bias)
+        self.env_slice = slice(config.state_dim, config.state_dim + config.env_state_dim)
+        self.objects = None
+        if config.env_object_dim:
+            self.objects = ObjectSelector(config.env_state_dim // config.env_object_dim, config.env_object_dim,
+                                          config.width, hidden)
         self.cond_out = nn.Sequential(nn.SiLU(), nn.Linear(hidden, hidden))
         self.time_proj = nn.Sequential(nn.Linear(64, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
         self.inp = nn.Linear(h * a + h, hidden)
@@ -62,7 +75,20 @@ class ActionExpert(nn.Module):
 
         Ages above `max_age_ticks` are clipped to it."""
         age = age_ticks.clamp(0, self.max_age).long()
-        return self.latent_proj(latent.flatten(1)) + self.age_embed(age) + self.fresh_proj(fresh)
+        cond = self.latent_proj(latent.flatten(1)) + self.age_embed(age) + self.fresh_features(latent, fresh)
+        if self.objects is not None:  # fresh = [state, env_state, EE]: the instruction picks an object
+            cond = cond + self.objects(latent[:, 0], fresh[:, self.env_slice])
+        return cond
+
+    def fresh_features(self, latent: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+        """(B, hidden) embedding of the fresh features; with `text_gates_fresh` the first
+        hidden layer is scaled and shifted by the text token (latent[:, 0]), a
+        multiplicative gate: the instruction picks which object features pass."""
+        if self.fresh_film is None:
+            return self.fresh_proj(fresh)
+        h = self.fresh_proj[0](fresh)
+        scale, shift = self.fresh_film(latent[:, 0]).chunk(2, dim=-1)
+        return self.fresh_proj[2](self.fresh_proj[1](h * (1 + scale) + shift))
 
     def velocity(self, x: torch.Tensor, tau_rows: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """x (B, H, A) noisy normalised chunk, tau_rows (B, H), cond (B, hidden) -> (B, H, A).
