@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--transitions in sim, else none)")
     online.add_argument("--budget-ticks", type=int, default=150,
                         help="scripted intervener: intervention ticks allowed in the first episode (default: 150)")
+    online.add_argument("--takeover-m", type=float, default=0.06,
+                        help="scripted intervener: takes over when the policy's gripper target is this far (m) from "
+                             "the expert's, hands back within a third of it (default: 0.06)")
     online.add_argument("--taper-episodes", type=int, default=100,
                         help="scripted intervener: episodes over which its budget falls to 0 (default: 100)")
     online.add_argument("--stepped-delay", type=int, metavar="D",
@@ -143,8 +146,8 @@ def _run_actor(args, session, client, info: dict, wall_start_s: float | None = N
     if args.intervene == "scripted":
         from robotrl.sim.intervener import ScriptedIntervener
 
-        intervener = ScriptedIntervener(session, initial_budget_ticks=args.budget_ticks,
-                                        taper_episodes=args.taper_episodes)
+        intervener = ScriptedIntervener(session, takeover_m=args.takeover_m, handback_m=args.takeover_m / 3,
+                                        initial_budget_ticks=args.budget_ticks, taper_episodes=args.taper_episodes)
     elif args.intervene != "none":
         from robotrl.hardware.teleop.intervention import TeleopIntervention
         from robotrl.record.teleop import make_teleop

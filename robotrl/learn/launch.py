@@ -68,7 +68,8 @@ def actor_command(args, k: int, server: str, transitions: str, out: Path, episod
                "--server", server, "--transitions", transitions, "--intervene", args.intervene,
                "--episodes", str(episodes), "--seed", str(args.seed + 100_000 * k), "--robot-id", f"actor{k}",
                "--actor-log", str(out / f"actor{k}.csv"), "--max-seconds", str(args.max_seconds),
-               "--taper-episodes", str(args.taper_episodes), "--budget-ticks", str(args.budget_ticks))
+               "--taper-episodes", str(args.taper_episodes), "--budget-ticks", str(args.budget_ticks),
+               "--takeover-m", str(args.takeover_m))
     if args.stepped_delay is not None:
         cmd += ["--stepped-delay", str(args.stepped_delay)]
     return cmd
