@@ -14,7 +14,7 @@ from robotrl.policies.base import ChunkPolicy, PolicyObservation
 from robotrl.policies.checkpoint import write_checkpoint
 from robotrl.policies.fastslow import FastSlowConfig, FastSlowPolicy, flow
 from robotrl.policies.fastslow.model import FastSlowModel
-from robotrl.policies.fastslow.normalize import Normalizer
+from robotrl.policies.fastslow.normalize import Normalizer, object_offsets_dm
 from robotrl.policies.fastslow.vocab import Vocabulary
 from robotrl.policies.loading import load_policy
 
@@ -291,3 +291,13 @@ def test_env_objects_need_env_state_that_they_divide():
     policy = make_policy(use_env_state=True, env_state_dim=3, env_object_dim=3)
     chunk = policy.predict_chunk(obs(env_state=np.array([0.2, 0.0, 0.02])))
     assert chunk.actions_rad.shape == (H, A) and np.all(np.isfinite(chunk.actions_rad))
+    with pytest.raises(ConfigError, match="relative_objects"):
+        FastSlowConfig(use_env_state=True, env_state_dim=3, env_object_dim=3, relative_objects=True)
+
+
+def test_object_offsets_from_the_gripper_golden():
+    # Two slots of 4 numbers (xyz + one more); gripper at (0.1, 0.0, 0.05) m.
+    env = torch.tensor([[0.3, 0.1, 0.05, 9.0, 0.1, -0.2, 0.0, 9.0]])
+    ee = torch.tensor([[0.1, 0.0, 0.05] + [0.0] * 6])
+    expected = torch.tensor([[2.0, 1.0, 0.0, 0.0, -2.0, -0.5]])  # decimetres
+    torch.testing.assert_close(object_offsets_dm(env, ee, 4), expected)

@@ -239,10 +239,10 @@ def test_rtc_training_env_state_and_ee_feature_options(toy, tmp_path):
     frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
     cfg = TrainConfig(dataset=root, out=tmp_path / "rtc", steps=3, batch_size=8, rtc_train=True, rtc_max_prefix=3,
                       flow_samples=1, policy={**TINY, "use_env_state": True, "ee_features_arm": "so101",
-                                                 "env_object_dim": 3})
+                                                 "env_object_dim": 3, "relative_objects": True})
     policy = train(cfg, frames=frames, progress=False).policy
     assert policy.config.rtc_train and policy.config.env_state_dim == 3 and policy.config.env_object_dim == 3
-    assert policy.config.fresh_dim == 6 + 3 + 9 and policy.normalizer.ee_mean.shape == (9,)
+    assert policy.config.fresh_dim == 6 + 3 + 9 + 3 and policy.normalizer.ee_mean.shape == (9,)
     policy = load_policy(tmp_path / "rtc")  # the checkpoint alone rebuilds the feature pipeline
     assert policy.model.expert.objects is not None and policy.model.expert.fresh_film is not None
     obs = _obs("move left", 4, delay=2)

@@ -37,6 +37,9 @@ class FastSlowConfig:
     """Read env_state as objects of this many numbers each (pick_place: 3, the xyz of each
     cube and of the bin); the instruction attends over them and the named object joins
     the fast pathway (robotrl.policies.fastslow.objects). 0: off."""
+    relative_objects: bool = False
+    """With env_object_dim (>= 3) and ee_features_arm: every object slot also gets its xyz
+    minus the gripper's, in decimetres (a metric offset for the final approach)."""
     ee_features_arm: str = ""
     """Arm model (e.g. "so101") whose forward kinematics give the fast pathway end-effector
     features of the state (position and gripper axes); "" = joints only."""
@@ -84,6 +87,8 @@ class FastSlowConfig:
                 not self.use_env_state or self.env_state_dim % self.env_object_dim)):
             raise ConfigError(f"FastSlowConfig.env_object_dim ({self.env_object_dim}) needs use_env_state and "
                               f"must divide env_state_dim ({self.env_state_dim})")
+        if self.relative_objects and (self.env_object_dim < 3 or not self.ee_features_arm):
+            raise ConfigError("FastSlowConfig.relative_objects needs env_object_dim >= 3 and ee_features_arm")
         if len(self.cnn_channels) < 2:
             raise ConfigError("FastSlowConfig.cnn_channels needs at least 2 layers")
         if self.max_age_ticks < 0:
@@ -92,12 +97,19 @@ class FastSlowConfig:
         object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
 
     @property
+    def relative_object_dim(self) -> int:
+        """Numbers per object slot when slots get their offset from the gripper, else 0."""
+        return self.env_object_dim if self.relative_objects else 0
+
+    @property
     def fresh_dim(self) -> int:
-        """Length of the fast pathway's fresh features: state [+ env_state] [+ EE features]."""
+        """Length of the fast pathway's fresh features: state [+ env_state] [+ EE features]
+        [+ 3 per object slot: its offset from the gripper]."""
         from robotrl.policies.fastslow.features import EE_FEATURES
 
+        slots = self.env_state_dim // self.env_object_dim if self.relative_objects else 0
         return (self.state_dim + (self.env_state_dim if self.use_env_state else 0)
-                + (EE_FEATURES if self.ee_features_arm else 0))
+                + (EE_FEATURES if self.ee_features_arm else 0) + 3 * slots)
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

@@ -59,7 +59,9 @@ class ActionExpert(nn.Module):
         self.env_slice = slice(config.state_dim, config.state_dim + config.env_state_dim)
         self.objects = None
         if config.env_object_dim:
-            self.objects = ObjectSelector(config.env_state_dim // config.env_object_dim, config.env_object_dim,
+            slots = config.env_state_dim // config.env_object_dim
+            self.offset_slice = slice(fresh - 3 * slots, fresh) if config.relative_objects else None
+            self.objects = ObjectSelector(slots, config.env_object_dim + (3 if config.relative_objects else 0),
                                           config.width, hidden)
         self.cond_out = nn.Sequential(nn.SiLU(), nn.Linear(hidden, hidden))
         self.time_proj = nn.Sequential(nn.Linear(64, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
@@ -76,8 +78,12 @@ class ActionExpert(nn.Module):
         Ages above `max_age_ticks` are clipped to it."""
         age = age_ticks.clamp(0, self.max_age).long()
         cond = self.latent_proj(latent.flatten(1)) + self.age_embed(age) + self.fresh_features(latent, fresh)
-        if self.objects is not None:  # fresh = [state, env_state, EE]: the instruction picks an object
-            cond = cond + self.objects(latent[:, 0], fresh[:, self.env_slice])
+        if self.objects is not None:  # fresh = [state, env_state, EE, offsets]: the instruction picks an object
+            slots = fresh[:, self.env_slice].reshape(len(fresh), self.objects.num_objects, -1)
+            if self.offset_slice is not None:  # each slot with its offset from the gripper
+                offsets = fresh[:, self.offset_slice].reshape(len(fresh), self.objects.num_objects, 3)
+                slots = torch.cat([slots, offsets], dim=2)
+            cond = cond + self.objects(latent[:, 0], slots.flatten(1))
         return cond
 
     def fresh_features(self, latent: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:

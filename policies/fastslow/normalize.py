@@ -105,13 +105,16 @@ class Normalizer:
         return (env - self._t["env_mean"]) / self._t["env_std"]
 
     def fresh(self, state: torch.Tensor, env: torch.Tensor | None = None,
-              ee: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, fresh_dim) normalised fast-pathway features: state [+ env_state] [+ EE]."""
+              ee: torch.Tensor | None = None, relative_object_dim: int = 0) -> torch.Tensor:
+        """(B, fresh_dim) fast-pathway features: normalised state [+ env_state] [+ EE]
+        [+ `object_offsets_dm` of env (slots of `relative_object_dim`) from ee]."""
         parts = [self.state(state)]
         if env is not None:
             parts.append(self.env(env))
         if ee is not None:
             parts.append((ee - self._t["ee_mean"]) / self._t["ee_std"])
+        if relative_object_dim:
+            parts.append(object_offsets_dm(env, ee, relative_object_dim))
         return torch.cat(parts, dim=1)
 
     def encode_chunk(self, actions_rad: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
@@ -129,3 +132,10 @@ class Normalizer:
         if self.action_mode == "delta":
             return x * std + mean + state_rad[:, None, : x.shape[2]]
         return x * std + mean
+
+
+def object_offsets_dm(env: torch.Tensor, ee: torch.Tensor, object_dim: int) -> torch.Tensor:
+    """(B, 3 n) xyz of each of the n object slots of env (B, n * object_dim; xyz first,
+    metres) minus the gripper position ee[:, :3] (metres), in decimetres."""
+    objects = env.reshape(env.shape[0], -1, object_dim)[..., :3]
+    return ((objects - ee[:, None, :3]) * 10.0).reshape(env.shape[0], -1)

@@ -165,7 +165,7 @@ class FastSlowPolicy:
         """(B, fresh_dim) normalised fast-pathway features of (B, S) (forwarded) states."""
         env = torch.cat([self._env_state(o) for o in observations]) if self.config.use_env_state else None
         ee = torch.from_numpy(self._ee_features(states.numpy())) if self._ee_features else None
-        return self.normalizer.fresh(states, env, ee)
+        return self.normalizer.fresh(states, env, ee, self.config.relative_object_dim)
 
     # --- input checks ------------------------------------------------------------------
     def _state(self, obs: PolicyObservation) -> torch.Tensor:

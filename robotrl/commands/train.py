@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-objects", type=int, default=0, metavar="D",
                         help="with --env-state: read it as objects of D numbers (pick_place: 3 = xyz per cube "
                              "and bin) that the instruction attends over (default: 0 = off)")
+    parser.add_argument("--relative-objects", action="store_true",
+                        help="with --env-objects and --ee-features: every object slot also gets its offset from "
+                             "the gripper (decimetres)")
     parser.add_argument("--ee-features", metavar="ARM", default="",
                         help="give the fast pathway end-effector features of the state from ARM's forward "
                              "kinematics (e.g. so101; default: off)")
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--eval-episodes needs --task reach|pick_place")
     policy = {"horizon": args.horizon, "execute_steps": args.execute_steps, "image_size_px": args.image_size,
               "cameras": tuple(c for c in args.cameras.split(",") if c), "use_env_state": args.env_state,
-              "env_object_dim": args.env_objects,
+              "env_object_dim": args.env_objects, "relative_objects": args.relative_objects,
               "action_mode": args.action_mode, "ee_features_arm": args.ee_features}
     cfg = TrainConfig(dataset=args.dataset, out=args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                       k_max=args.k_max, k_zero_prob=args.k_zero_prob, latent_delay_max=args.latent_delay_max,

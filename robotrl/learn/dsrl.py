@@ -85,7 +85,8 @@ class Dsrl(SacCore):
         inputs = flow_inputs(self.flow, state, env_state, images, instruction)
         with torch.no_grad():
             latent = self.flow.model.encode_slow(inputs["images"], inputs["tokens"])
-            fresh = self.flow.normalizer.fresh(inputs["state"], inputs["env_state"], inputs["ee"])
+            fresh = self.flow.normalizer.fresh(inputs["state"], inputs["env_state"], inputs["ee"],
+                                               self.flow.config.relative_object_dim)
             cond = self.flow.model.expert.condition(latent, torch.zeros(len(state), dtype=torch.long), fresh)
         obs = {"state": inputs["state"]}
         if self.net.env_state_dim:

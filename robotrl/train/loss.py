@@ -48,7 +48,7 @@ def flow_matching_loss(model: FastSlowModel, normalizer: Normalizer, batch: Batc
     `flow_samples` draws of (noise, tau). `row_weights` (B, H) >= 0 makes it the weighted
     mean over rows (online fine-tuning: reward- and intervention-weighted rows)."""
     latent = model.encode_slow(batch.images, batch.tokens)
-    fresh = normalizer.fresh(batch.state, batch.env_state, batch.ee)
+    fresh = normalizer.fresh(batch.state, batch.env_state, batch.ee, model.config.relative_object_dim)
     cond = model.expert.condition(latent, batch.age, fresh)
     x1 = normalizer.encode_chunk(batch.chunk, batch.state)
     b, h, a = x1.shape
