@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from robotrl.errors import UserError
@@ -206,7 +205,7 @@ def _run_learning(args: argparse.Namespace) -> int:
         served = out / "learner" / "served"
         (served / "config.json").unlink(missing_ok=True)  # resumed: wait for the learner's fresh one
         launch.wait_for(served / "config.json", learner, "learner", out / "learner.log")
-        server = subprocess.Popen(_cli_serve(served, endpoint, weights),
+        server = subprocess.Popen(launch.serve_command(served, endpoint, weights),
                                   stdout=subprocess.DEVNULL)
         procs.append(server)
         print(f"learner ({args.algo}) -> {out / 'learner'}; server {endpoint} takes its weights", flush=True)
@@ -242,11 +241,6 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _cli_serve(policy: Path, endpoint: str, weights: str) -> list[str]:
-    return [sys.executable, "-m", "robotrl.cli", "serve", "--policy", str(policy), "--bind", endpoint,
-            "--weights-from", weights]
-
-
 def _connect(client, server_proc: subprocess.Popen | None) -> dict:
     """Wait for the server's hello; a local server gets 2 minutes to load its policy,
     and its death ends the wait at once."""
@@ -273,11 +267,10 @@ def _server(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str]:
         raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
     if not args.policy.exists():
         raise UserError(f"policy checkpoint {args.policy} does not exist")
-    from robotrl.learn.launch import free_port
+    from robotrl.learn.launch import free_port, serve_command
 
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen([sys.executable, "-m", "robotrl.cli", "serve", "--policy", str(args.policy),
-                             "--bind", endpoint], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(serve_command(args.policy, endpoint), stdout=subprocess.DEVNULL)
     return proc, endpoint
 
 

@@ -49,6 +49,12 @@ def _cli(*argv: str) -> list[str]:
     return [sys.executable, "-m", "robotrl.cli", *argv]
 
 
+def serve_command(policy: Path, endpoint: str, weights: str | None = None) -> list[str]:
+    """`robotrl serve` of `policy` on `endpoint`, taking new weights from `weights` if given."""
+    return _cli("serve", "--policy", str(policy), "--bind", endpoint,
+                *(("--weights-from", weights) if weights else ()))
+
+
 def learner_command(args, out: Path, transitions: str, weights: str) -> list[str]:
     cmd = _cli("learn", "--algo", args.algo, "--preset", args.preset, "--buffer", str(out / "buffer"),
                "--out", str(out / "learner"), "--policy", str(args.policy), "--transitions", transitions,
