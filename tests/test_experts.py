@@ -42,3 +42,31 @@ def test_expert_success_rate_nominal(task, capsys):
             "watchdog_holds": 0}
     finally:
         env.close()
+
+
+def test_pick_place_phases_end_on_what_the_state_shows():
+    """The grasp ends when the measured jaws close on the cube and the release when they
+    open, not after hidden timers: a policy that sees only the state can time them."""
+    from robotrl.sim.tasks.pick_place import GRIPPING_RAD, RELEASED_RAD
+
+    env = TaskEnv("pick_place", "nominal", cameras=())
+    try:
+        obs = env.reset(3)
+        expert = env.make_expert()
+        switches = {}
+        while True:
+            before = expert.phase
+            target = expert.act(obs.state.q_rad)
+            if expert.phase != before:
+                switches[before] = obs.state.q_rad[-1]
+            st = env.step(target)
+            obs = st.obs
+            if st.done:
+                break
+        assert st.success
+        assert switches["close"] < GRIPPING_RAD < switches["close"] + 0.12  # one gripper step past contact
+        assert switches["release"] > RELEASED_RAD
+        cube, _ = env.task.cube_pose(env.sim, env.task.target_color)
+        assert cube[2] < 0.04  # the cube was let go into the bin
+    finally:
+        env.close()

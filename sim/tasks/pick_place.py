@@ -28,6 +28,11 @@ GRIPPER_CLOSED_RAD = -0.15
 GRASP_OFFSET_M = 0.012
 """The fixed finger sits off the end-effector axis: centre the cube between the fingers
 by moving the end effector this far along its x (jaw closing) axis."""
+GRIPPING_RAD = -0.04
+"""Measured gripper angle below which the jaws hold the cube (a 3 cm cube stops them near
+-0.07 rad): the grasp is done and the lift starts."""
+RELEASED_RAD = 0.5
+"""Measured gripper angle above which the cube is let go."""
 REACHED_M = 0.006
 STALL_TICKS = 30
 """Move on to the next phase this long after the reference arrived, reached or not."""
@@ -106,7 +111,11 @@ class PickPlaceTask:
 
 
 class PickPlaceExpert:
-    """Scripted pick and place: above the cube, down, close, lift, over the bin, open."""
+    """Scripted pick and place: above the cube, down, close, lift, over the bin, open.
+
+    Phases end on what the robot's state shows (the gripper reached its waypoint, the
+    jaws closed on the cube, the jaws opened), not on hidden timers, so a policy that sees
+    only the state can tell when the demonstrator moved on."""
 
     def __init__(self, task: PickPlaceTask, robot: SimRobot, kinematics: Kinematics, noise_m: float) -> None:
         self.task = task
@@ -130,21 +139,22 @@ class PickPlaceExpert:
         above = self._cube + offset + [0, 0, 0.05]
         grasp = np.array([*(self._cube + offset)[:2], 0.008])
         over_bin = self.task.bin_m + [0, 0, 0.10]
-        plan = {  # phase: (waypoint, gripper, next phase, ticks to wait there)
-            "above_cube": (above, GRIPPER_OPEN_RAD, "descend", 0),
-            "descend": (grasp, GRIPPER_OPEN_RAD, "close", 0),
-            "close": (grasp, GRIPPER_CLOSED_RAD, "lift", 10),
-            "lift": (above + [0, 0, 0.04], GRIPPER_CLOSED_RAD, "carry", 0),
-            "carry": (over_bin, GRIPPER_CLOSED_RAD, "lower", 0),
-            "lower": (over_bin - [0, 0, 0.04], GRIPPER_CLOSED_RAD, "release", 0),
-            "release": (over_bin - [0, 0, 0.04], GRIPPER_OPEN_RAD, "retreat", 6),
-            "retreat": (over_bin + [0, 0, 0.03], GRIPPER_OPEN_RAD, "retreat", 0),
+        g = q_rad[-1]
+        plan = {  # phase: (waypoint, gripper, next phase, has the gripper done its part)
+            "above_cube": (above, GRIPPER_OPEN_RAD, "descend", True),
+            "descend": (grasp, GRIPPER_OPEN_RAD, "close", True),
+            "close": (grasp, GRIPPER_CLOSED_RAD, "lift", g < GRIPPING_RAD),
+            "lift": (above + [0, 0, 0.04], GRIPPER_CLOSED_RAD, "carry", True),
+            "carry": (over_bin, GRIPPER_CLOSED_RAD, "lower", True),
+            "lower": (over_bin - [0, 0, 0.04], GRIPPER_CLOSED_RAD, "release", True),
+            "release": (over_bin - [0, 0, 0.04], GRIPPER_OPEN_RAD, "retreat", g > RELEASED_RAD),
+            "retreat": (over_bin + [0, 0, 0.03], GRIPPER_OPEN_RAD, "retreat", True),
         }
-        waypoint, gripper, next_phase, wait_ticks = plan[self.phase]
+        waypoint, gripper, next_phase, gripper_done = plan[self.phase]
         target = self.mover.step(waypoint, gripper, yaw_rad=self._yaw)
         if np.linalg.norm(self.mover.reference_m - waypoint) < 1e-4:
             self._wait += 1  # ticks since the reference arrived
         reached = np.linalg.norm(self.kin.ee_position(q_rad) - waypoint) < REACHED_M
-        if (reached and self._wait > wait_ticks) or self._wait > STALL_TICKS:
+        if (reached and gripper_done and self._wait > 0) or self._wait > STALL_TICKS:
             self.phase, self._wait = next_phase, 0
         return target
