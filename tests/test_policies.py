@@ -82,6 +82,62 @@ def test_end_effector_features():
     np.testing.assert_allclose(np.linalg.norm(feats[:, 3:6], axis=1), 1.0, atol=1e-5)  # unit axes
 
 
+REACHING = np.array([0.0, -0.3, 0.4, 1.2, 0.0, 0.5])
+"""A pose in the middle of the workspace (gripper 23 cm ahead, 7 cm up)."""
+
+
+def _ik_trajectory(steps: int = 8) -> np.ndarray:
+    """(steps, 6) joint rows of a smooth gripper path from REACHING: 1 cm per row along
+    +y and 0.5 cm down, the wrist rolling 0.02 rad per row."""
+    from robotrl.policies.fastslow.ee_actions import EndEffectorActions
+
+    rows = EndEffectorActions("so101")
+    start = rows.to_ee(REACHING[None])[0]
+    ee = np.array([start + [0.0, 0.01 * (i + 1), -0.005 * (i + 1), 0.0, 0.02 * i, 0.1] for i in range(steps)])
+    return rows.to_joints(ee, REACHING)
+
+
+def test_end_effector_action_rows_round_trip():
+    from robotrl.policies.fastslow.ee_actions import EndEffectorActions
+
+    rows = EndEffectorActions("so101")
+    ee = rows.to_ee(HOME[None])
+    assert ee.shape == (1, 6) and ee.dtype == np.float32
+    np.testing.assert_allclose(ee[0, :3], [0.1585, 0.0, 0.0509], atol=1e-3)  # the home fingertip (above)
+    np.testing.assert_array_equal(ee[0, 3:], HOME[3:].astype(np.float32))  # wrist and gripper pass through
+    joints = _ik_trajectory()
+    back = rows.to_ee(joints)
+    # Each row reaches its commanded position (IK tolerance 0.1 mm) with the wrist as given.
+    start = rows.to_ee(REACHING[None])[0]
+    np.testing.assert_allclose(back[:, 1] - start[1], 0.01 * np.arange(1, 9), atol=3e-4)
+    np.testing.assert_allclose(back[:, 2] - start[2], -0.005 * np.arange(1, 9), atol=3e-4)
+    np.testing.assert_allclose(back[:, 4], 0.02 * np.arange(8), atol=1e-6)
+    # Moving sideways turns the pan joint one way; rows stay on one branch (small steps).
+    assert len(set(np.sign(np.diff(joints[:, 0])))) == 1 and np.abs(np.diff(joints[:, :3], axis=0)).max() < 0.1
+    np.testing.assert_allclose(rows.to_joints(rows.to_ee(joints), REACHING), joints, atol=2e-3)
+
+
+@pytest.mark.parametrize("mode", ["ee_delta", "ee_absolute"])
+def test_end_effector_normaliser_encodes_and_decodes_joint_chunks(mode):
+    joints = torch.from_numpy(_ik_trajectory().astype(np.float32))[None]  # (1, 8, 6)
+    state = torch.from_numpy(REACHING.astype(np.float32))[None]
+    norm = Normalizer.fit(mode, REACHING[None], joints.numpy(), REACHING[None], np.ones((1, 8), bool), arm="so101")
+    assert norm.arm == "so101" and norm.action_mean.shape == ((8, 6) if mode == "ee_delta" else (6,))
+    x = norm.encode_chunk(joints, state)
+    assert x.shape == (1, 8, 6)
+    np.testing.assert_allclose(norm.decode_chunk(x, state).numpy(), joints.numpy(), atol=2e-3)
+    # Statistics in metres for the position columns: row i moved 1 cm x (i + 1) in y.
+    start_y = norm.ee_actions.to_ee(REACHING[None])[0, 1]
+    if mode == "ee_delta":
+        np.testing.assert_allclose(norm.action_mean[:, 1], 0.01 * np.arange(1, 9), atol=3e-4)
+    else:
+        assert norm.action_mean[1] - start_y == pytest.approx(0.045, abs=3e-4)  # mean of 1..8 cm
+    again = Normalizer.from_dict(norm.to_dict())
+    assert again.arm == "so101" and again.id == norm.id
+    with pytest.raises(ValueError, match="arm"):
+        Normalizer(mode, HOME, np.ones(6), np.zeros((8, 6)), np.ones((8, 6)))
+
+
 def test_vocabulary():
     vocab = Vocabulary.build(["Put the red cube in the bin", "put the blue cube in the bin"])
     assert vocab.tokens[:2] == ["<pad>", "<unk>"] and "blue" in vocab.tokens
@@ -212,6 +268,7 @@ def test_loading_the_wrong_checkpoint_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("bad, match", [
     ({"execute_steps": 20}, "execute_steps"), ({"action_mode": "velocity"}, "action_mode"),
     ({"use_env_state": True}, "env_state_dim"), ({"horizon": 0}, "horizon"),
+    ({"action_mode": "ee_delta"}, "ee_features_arm"), ({"action_mode": "ee_absolute"}, "ee_features_arm"),
 ])
 def test_config_validation(bad, match):
     with pytest.raises(ConfigError, match=match):

@@ -116,6 +116,41 @@ def test_stored_action_is_the_clamped_command(tmp_path):
     assert np.all(np.abs(np.diff(actions[:, 0])) <= 0.1 + 1e-6)
 
 
+def test_disturbance_is_a_reproducible_slow_offset_on_the_arm_joints():
+    from robotrl.record.disturbance import Disturbance
+
+    dist = Disturbance(0.04, joints=6, correlation_ticks=15)
+    dist.reset(seed=3)
+    offsets = np.array([dist() for _ in range(20_000)])
+    assert np.all(offsets[:, 5] == 0.0)  # the gripper is left alone
+    # Ornstein-Uhlenbeck: stationary std 0.04 rad, lag-1 correlation exp(-1/15) = 0.936.
+    np.testing.assert_allclose(offsets[2000:, :5].std(0), 0.04, rtol=0.2)
+    lag1 = np.corrcoef(offsets[2000:-1, 0], offsets[2001:, 0])[0, 1]
+    assert lag1 == pytest.approx(np.exp(-1 / 15), abs=0.02)
+    dist.reset(seed=3)
+    np.testing.assert_array_equal([dist() for _ in range(5)], offsets[:5])  # same seed, same stream
+
+
+def test_perturbed_recording_keeps_the_clean_targets_and_trains_on_them(tmp_path):
+    """DART: the arm is pushed off the demonstrator's path (executed action = teleop + offset),
+    action.teleop keeps the clean target, and training can read either column."""
+    import pandas as pd
+
+    from robotrl.train.data import load_frames
+
+    root = tmp_path / "dart"
+    assert main(["record", "--task", "reach", "--episodes", "2", "--root", str(root), "--cameras", "",
+                 "--perturb", "0.05", "--noise", "0"]) == 0
+    table = pd.concat(pd.read_parquet(p) for p in sorted((root / "data").rglob("*.parquet")))
+    executed, clean = np.stack(table[F.ACTION]), np.stack(table[F.TELEOP_ACTION])
+    gap = executed[:, :5] - clean[:, :5]
+    assert 0.01 < np.abs(gap).mean() < 0.1 and np.all(executed[:, 5] == clean[:, 5])
+    assert not any(k.startswith("observation.images") for k in load(root).features)  # --cameras ''
+    teleop = load_frames(root, cameras=(), action_key=F.TELEOP_ACTION, progress=False)
+    np.testing.assert_array_equal(teleop.actions, clean.astype(np.float32))
+    np.testing.assert_array_equal(load_frames(root, cameras=(), progress=False).actions, executed.astype(np.float32))
+
+
 class RerecordOnce(ExpertTeleop):
     """The expert, but the first episode is thrown away at tick 10 (re-record)."""
 
@@ -206,6 +241,8 @@ def test_bad_input_is_reported_and_nothing_is_damaged(tmp_path, capsys):
 
     assert main(["record", "--task", "reach", "--root", str(tmp_path / "missing"), "--resume"]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main(["record", "--task", "reach", "--root", str(tmp_path / "y"), "--perturb", "-1"]) == 2
+    assert "--perturb must be >= 0" in capsys.readouterr().err and not (tmp_path / "y").exists()
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
 

@@ -255,6 +255,29 @@ def test_rtc_training_env_state_and_ee_feature_options(toy, tmp_path):
     assert chunk.start_tick == 6
 
 
+def test_end_effector_actions_train_and_decode_to_joints(toy, tmp_path):
+    """action_mode ee_delta: the expert learns gripper positions (metres); chunks come back
+    as joints (IK) that move the gripper the instructed way, as the data did."""
+    root, frames, _ = toy
+    cfg = TrainConfig(dataset=root, out=tmp_path / "ee", steps=400, batch_size=16, lr=2e-3, warmup_steps=20,
+                      flow_samples=2, save_every=10_000,
+                      policy={**TINY, "action_mode": "ee_delta", "ee_features_arm": "so101"})
+    train(cfg, frames=frames, progress=False)
+    policy = load_policy(tmp_path / "ee")
+    assert policy.normalizer.action_mode == "ee_delta" and policy.normalizer.arm == "so101"
+    rows = policy.normalizer.ee_actions
+    start = rows.to_ee(S0[None])[0, :3]
+    data = rows.to_ee(frames.actions[:TINY["horizon"]])[:, :3] - start  # "move left": -4.9 mm of y per tick
+    for instruction, sign in (("move left", 1.0), ("move right", -1.0)):
+        joints = policy.predict_chunk(_obs(instruction)).actions_rad
+        assert joints.shape == (TINY["horizon"], 6)
+        assert np.all(sign * (joints[:, 0] - S0[0]) > 0)  # the pan turns the way the data turned it
+        gripper = rows.to_ee(joints)[:, :3] - start
+        assert np.all(-sign * gripper[:, 1] > 0)
+        assert gripper[0, 1] == pytest.approx(sign * data[0, 1], abs=0.002)
+        np.testing.assert_allclose(gripper[:, [0, 2]], data[:, [0, 2]], atol=0.005)
+
+
 def test_cli_train_then_bench(toy, tmp_path, capsys, monkeypatch):
     root, _, _ = toy
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 
 from robotrl.hardware.errors import ConfigError
 
-ACTION_MODES = ("delta", "absolute")
+ACTION_MODES = ("delta", "absolute", "ee_delta", "ee_absolute")
 LEGACY_DEFAULTS = {"text_gates_fresh": False}
 """Values of fields a checkpoint's config.json may predate (the behaviour before them)."""
 
@@ -57,8 +57,11 @@ class FastSlowConfig:
     """Euler steps from noise (tau = 0) to data (tau = 1) at inference."""
     action_mode: str = "delta"
     """"delta": the expert predicts rows minus the (forwarded) state, normalised per row and
-    joint; "absolute": it predicts the targets themselves, normalised per joint. Outputs
-    are absolute joint targets in radians either way."""
+    joint; "absolute": it predicts the targets themselves, normalised per joint;
+    "ee_delta" / "ee_absolute": the same over end-effector rows, the commanded gripper
+    position (metres) in place of the three placing joints, IK back to joints (needs
+    ee_features_arm; see robotrl.policies.fastslow.ee_actions). Outputs are absolute
+    joint targets in radians."""
     text_gates_fresh: bool = True
     """FiLM the fast pathway's fresh features (state, env_state, EE) with the instruction's
     text token, so the instruction can select among object features (which cube's
@@ -81,6 +84,9 @@ class FastSlowConfig:
             raise ConfigError(f"FastSlowConfig.execute_steps ({self.execute_steps}) must be <= horizon ({self.horizon})")
         if self.action_mode not in ACTION_MODES:
             raise ConfigError(f"FastSlowConfig.action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
+        if self.action_mode.startswith("ee_") and not self.ee_features_arm:
+            raise ConfigError(f"FastSlowConfig.action_mode {self.action_mode!r} needs ee_features_arm "
+                              "(the arm model for IK)")
         if self.use_env_state and self.env_state_dim < 1:
             raise ConfigError("FastSlowConfig.use_env_state needs env_state_dim >= 1")
         if self.env_object_dim < 0 or (self.env_object_dim and (

@@ -3,7 +3,9 @@
 Actions are normalised in one of two ways (`FastSlowConfig.action_mode`):
 - "absolute": (a - mean) / std per joint;
 - "delta": (a_i - state) - mean_i) / std_i per chunk row i and joint, so row i of every
-  chunk is measured from the (forwarded) state the chunk starts from.
+  chunk is measured from the (forwarded) state the chunk starts from;
+- "ee_delta", "ee_absolute": the same over end-effector rows (`EndEffectorActions` of the
+  arm `arm`: the commanded gripper position in metres instead of the three placing joints).
 Outputs always go back to absolute joint targets in radians.
 """
 
@@ -16,6 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from robotrl.policies.fastslow.ee_actions import EndEffectorActions
+
+EE_MODES = ("ee_delta", "ee_absolute")
+DELTA_MODES = ("delta", "ee_delta")
 STATE_STD_FLOOR = 1e-2
 """Smallest std used for states and env_state (a constant joint would otherwise blow up)."""
 ACTION_STD_FLOOR = 1e-3
@@ -36,8 +42,13 @@ class Normalizer:
     ee_mean: np.ndarray | None = None
     """(9,) end-effector features (robotrl.policies.fastslow.features), when used."""
     ee_std: np.ndarray | None = None
+    arm: str | None = None
+    """Arm model whose kinematics map end-effector rows to joints (end-effector modes only)."""
 
     def __post_init__(self) -> None:
+        if self.action_mode in EE_MODES and not self.arm:
+            raise ValueError(f"action_mode {self.action_mode!r} needs the arm model (Normalizer.arm)")
+        self._ee_actions = None
         self.state_std = np.maximum(np.asarray(self.state_std, np.float32), STATE_STD_FLOOR)
         self.action_std = np.maximum(np.asarray(self.action_std, np.float32), ACTION_STD_FLOOR)
         self.state_mean = np.asarray(self.state_mean, np.float32)
@@ -50,15 +61,30 @@ class Normalizer:
             self.ee_std = np.maximum(np.asarray(self.ee_std, np.float32), STATE_STD_FLOOR)
         self._t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.to_arrays().items()}
 
+    @property
+    def in_ee(self) -> bool:
+        """Rows are end-effector rows ("ee_delta", "ee_absolute")."""
+        return self.action_mode in EE_MODES
+
+    @property
+    def is_delta(self) -> bool:
+        """Rows are measured from the state the chunk starts from ("delta", "ee_delta")."""
+        return self.action_mode in DELTA_MODES
+
     @classmethod
     def fit(cls, action_mode: str, states: np.ndarray, chunks: np.ndarray, chunk_states: np.ndarray,
-            mask: np.ndarray, env: np.ndarray | None = None, ee: np.ndarray | None = None) -> Normalizer:
+            mask: np.ndarray, env: np.ndarray | None = None, ee: np.ndarray | None = None,
+            arm: str | None = None) -> Normalizer:
         """Statistics from training data.
 
         states: (N, S) every state; chunks: (M, H, A) action chunks starting at
-        chunk_states (M, S); mask: (M, H) rows that are real (not padding); env: (N, E); ee: (N, 9).
+        chunk_states (M, S); mask: (M, H) rows that are real (not padding); env: (N, E); ee: (N, 9);
+        arm: the arm model (end-effector modes only).
         """
-        if action_mode == "delta":
+        if action_mode in EE_MODES:
+            rows = EndEffectorActions(arm)
+            chunks, chunk_states = rows.to_ee(chunks), rows.to_ee(chunk_states[:, : chunks.shape[2]])
+        if action_mode in DELTA_MODES:
             deltas = chunks - chunk_states[:, None, : chunks.shape[2]]
             w = mask[..., None].astype(np.float64)
             n = np.maximum(w.sum(0), 1.0)
@@ -73,7 +99,8 @@ class Normalizer:
         ee_mean = ee_std = None
         if ee is not None:
             ee_mean, ee_std = ee.mean(0), ee.std(0)
-        return cls(action_mode, states.mean(0), states.std(0), mean, std, env_mean, env_std, ee_mean, ee_std)
+        return cls(action_mode, states.mean(0), states.std(0), mean, std, env_mean, env_std, ee_mean, ee_std,
+                   arm if action_mode in EE_MODES else None)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {"state_mean": self.state_mean, "state_std": self.state_std,
@@ -85,13 +112,15 @@ class Normalizer:
         return out
 
     def to_dict(self) -> dict:
-        return {"action_mode": self.action_mode} | {k: v.tolist() for k, v in self.to_arrays().items()}
+        arm = {"arm": self.arm} if self.arm else {}
+        return {"action_mode": self.action_mode} | arm | {k: v.tolist() for k, v in self.to_arrays().items()}
 
     @classmethod
     def from_dict(cls, data: dict) -> Normalizer:
         get = lambda k: None if data.get(k) is None else np.asarray(data[k], np.float32)  # noqa: E731
         return cls(data["action_mode"], get("state_mean"), get("state_std"), get("action_mean"),
-                   get("action_std"), get("env_mean"), get("env_std"), get("ee_mean"), get("ee_std"))
+                   get("action_std"), get("env_mean"), get("env_std"), get("ee_mean"), get("ee_std"),
+                   data.get("arm"))
 
     @property
     def id(self) -> str:
@@ -117,21 +146,36 @@ class Normalizer:
             parts.append(object_offsets_dm(env, ee, relative_object_dim))
         return torch.cat(parts, dim=1)
 
+    @property
+    def ee_actions(self) -> EndEffectorActions:
+        """The arm's joint <-> end-effector row conversion (end-effector modes), built on first use."""
+        if self._ee_actions is None:
+            self._ee_actions = EndEffectorActions(self.arm)
+        return self._ee_actions
+
     def encode_chunk(self, actions_rad: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
         """(B, H', A) radians (H' <= H rows from the chunk start) -> normalised."""
-        h = actions_rad.shape[1]
+        h, a = actions_rad.shape[1:]
         mean, std = self._t["action_mean"], self._t["action_std"]
-        if self.action_mode == "delta":
-            a = actions_rad.shape[2]
-            return (actions_rad - state_rad[:, None, :a] - mean[:h]) / std[:h]
-        return (actions_rad - mean) / std
+        rows, start = actions_rad, state_rad[:, :a]
+        if self.in_ee:
+            rows = torch.from_numpy(self.ee_actions.to_ee(rows.numpy()))
+            start = torch.from_numpy(self.ee_actions.to_ee(start.numpy()))
+        if self.is_delta:
+            return (rows - start[:, None] - mean[:h]) / std[:h]
+        return (rows - mean) / std
 
     def decode_chunk(self, x: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
-        """(B, H, A) normalised -> absolute joint targets, radians."""
-        mean, std = self._t["action_mean"], self._t["action_std"]
-        if self.action_mode == "delta":
-            return x * std + mean + state_rad[:, None, : x.shape[2]]
-        return x * std + mean
+        """(B, H, A) normalised -> absolute joint targets, radians. End-effector rows go
+        back to joints by IK seeded with the state."""
+        rows = x * self._t["action_std"] + self._t["action_mean"]
+        start = state_rad[:, : x.shape[2]]
+        if not self.in_ee:
+            return rows + start[:, None] if self.is_delta else rows
+        seeds = start.numpy()
+        rows = rows.numpy() + (self.ee_actions.to_ee(seeds)[:, None] if self.is_delta else 0.0)
+        return torch.from_numpy(np.stack([self.ee_actions.to_joints(r, q) for r, q in zip(rows, seeds)])
+                                .astype(np.float32))
 
 
 def object_offsets_dm(env: torch.Tensor, ee: torch.Tensor, object_dim: int) -> torch.Tensor:

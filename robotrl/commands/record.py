@@ -24,6 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--realtime", action="store_true", help="sim: pace on the wall clock (real arms always are)")
     parser.add_argument("--image-size", type=int, default=224, help="sim: camera height and width in pixels")
     parser.add_argument("--noise", type=float, default=0.003, help="expert: std of end-effector noise per tick, metres")
+    parser.add_argument("--perturb", type=float, default=0.0, metavar="STD_RAD",
+                        help="DART: add a slowly varying offset (this std, radians) to every arm joint's target; "
+                             "action.teleop keeps the clean target (default: 0 = off)")
+    parser.add_argument("--perturb-ticks", type=float, default=10.0,
+                        help="correlation time of the --perturb offset in ticks (default: 10)")
+    parser.add_argument("--cameras", default="front,wrist",
+                        help="sim: comma-separated cameras to record, '' for none (default: front,wrist)")
     parser.add_argument("--max-seconds", type=float, default=20.0, help="longest episode in seconds (sim tasks end earlier)")
     parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
@@ -43,7 +50,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown teleop device {args.teleop!r}; choose from {', '.join(TELEOPS)}")
     if args.episodes < 1:
         raise UserError("--episodes must be at least 1")
+    if args.perturb < 0 or args.perturb_ticks <= 0:
+        raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
     session = _make_session(args)
+    disturbance = None
+    if args.perturb > 0:
+        from robotrl.record.disturbance import Disturbance
+
+        disturbance = Disturbance(args.perturb, len(session.spec.joint_names), args.perturb_ticks)
     try:
         writer = DatasetWriter(args.root, dataset_features(session.spec, session.env_state_dim),
                                fps=args.fps, robot_type=session.spec.name, resume=args.resume)
@@ -54,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
             with tqdm(total=args.episodes, desc="recording", unit="ep") as bar:
                 summary = record_dataset(session, teleop, writer, episodes=args.episodes, seed=args.seed,
                                          max_ticks=int(args.max_seconds * args.fps),
-                                         keep_failed=args.keep_failed or args.robot != "sim", progress=bar)
+                                         keep_failed=args.keep_failed or args.robot != "sim", progress=bar,
+                                         disturbance=disturbance)
         finally:
             writer.close()
             teleop.disconnect()
@@ -81,8 +96,8 @@ def _make_session(args: argparse.Namespace):
         from robotrl.sim.env import TaskEnv
 
         size = args.image_size
-        env = TaskEnv(args.task, args.scenario, cameras=(CameraSpec("front", size, size), CameraSpec("wrist", size, size)),
-                      clock=WallClock() if args.realtime else None)
+        cameras = tuple(CameraSpec(name, size, size) for name in args.cameras.split(",") if name)
+        env = TaskEnv(args.task, args.scenario, cameras=cameras, clock=WallClock() if args.realtime else None)
         if abs(env.spec.control_rate_hz - args.fps) > 1e-9:
             env.close()
             raise UserError(f"the simulated arm runs at {env.spec.control_rate_hz:g} Hz; use --fps {env.spec.control_rate_hz:g}")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from robotrl.errors import UserError
+from robotrl.policies.fastslow.config import ACTION_MODES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="s, rows executed per chunk in evaluation and bench, and RTC's s (default: 4)")
     parser.add_argument("--image-size", type=int, default=64, help="training image size in pixels (default: 64)")
     parser.add_argument("--cameras", default="front,wrist", help="comma-separated cameras (default: front,wrist)")
-    parser.add_argument("--action-mode", choices=("delta", "absolute"), default="delta",
-                        help="expert output parameterisation, normalised (default: delta = rows minus the state)")
+    parser.add_argument("--action-mode", choices=ACTION_MODES, default="delta",
+                        help="expert output parameterisation, normalised (default: delta = rows minus the state; "
+                             "ee_delta / ee_absolute = gripper positions (minus the state's), IK back to joints, "
+                             "needs --ee-features)")
+    parser.add_argument("--action-key", default="action", choices=("action", "action.teleop"),
+                        help="targets: executed actions, or the teleop's (clean labels of a `record --perturb` "
+                             "dataset) (default: action)")
     parser.add_argument("--shift-px", type=int, default=0, help="random image shift augmentation in pixels (default: 0)")
     parser.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
     parser.add_argument("--threads", type=int, default=1,
@@ -65,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
               "env_object_dim": args.env_objects, "relative_objects": args.relative_objects,
               "action_mode": args.action_mode, "ee_features_arm": args.ee_features}
     cfg = TrainConfig(dataset=args.dataset, out=args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                      k_max=args.k_max, k_zero_prob=args.k_zero_prob, latent_delay_max=args.latent_delay_max,
+                      action_key=args.action_key, k_max=args.k_max, k_zero_prob=args.k_zero_prob, latent_delay_max=args.latent_delay_max,
                       rtc_train=args.rtc_train,
                       shift_px=args.shift_px, seed=args.seed, threads=args.threads, save_every=args.save_every,
                       eval_every=args.eval_every, eval_episodes=args.eval_episodes, task=args.task,

@@ -16,6 +16,7 @@ from robotrl.episode import Observation, Step
 from robotrl.hardware.robot import RobotSpec
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopDevice
 from robotrl.record import features as F
+from robotrl.record.disturbance import Disturbance
 from robotrl.record.writer import DatasetWriter
 
 
@@ -72,13 +73,16 @@ def make_frame(obs: Observation, step: Step, cmd: TeleopCommand, t0_s: float,
 
 
 def record_episode(session: Session, teleop: TeleopDevice, writer: DatasetWriter, seed: int,
-                   max_ticks: int) -> EpisodeOutcome:
-    """Record one episode into `writer`'s buffer (the caller saves or discards it)."""
+                   max_ticks: int, disturbance: Disturbance | None = None) -> EpisodeOutcome:
+    """Record one episode into `writer`'s buffer (the caller saves or discards it).
+    `disturbance`: offsets added to the teleop's targets before safety (DART)."""
     wall_start = time.perf_counter()
     writer.prepare()
     overruns_before = session.overruns
     obs = session.reset(seed)
     teleop.reset(obs.state)
+    if disturbance is not None:
+        disturbance.reset(seed)
     t0_s = obs.state.timestamp_s
     ticks_start = time.perf_counter()
     frames, success, events = 0, False, None
@@ -88,7 +92,7 @@ def record_episode(session: Session, teleop: TeleopDevice, writer: DatasetWriter
         if events.rerecord:
             writer.discard_episode()
             break
-        step = session.step(cmd.target_rad)
+        step = session.step(cmd.target_rad if disturbance is None else cmd.target_rad + disturbance())
         writer.add_frame(make_frame(obs, step, cmd, t0_s, session.env_state_dim))
         frames += 1
         success = step.success or events.success

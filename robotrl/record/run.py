@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 from robotrl.errors import UserError
 from robotrl.hardware.teleop.base import TeleopDevice
+from robotrl.record.disturbance import Disturbance
 from robotrl.record.loop import Session, record_episode
 from robotrl.record.writer import DatasetWriter
 
@@ -34,7 +35,7 @@ class RecordSummary:
 
 def record_dataset(session: Session, teleop: TeleopDevice, writer: DatasetWriter, *, episodes: int,
                    seed: int, max_ticks: int, keep_failed: bool, max_attempts: int | None = None,
-                   progress=None) -> RecordSummary:
+                   progress=None, disturbance: Disturbance | None = None) -> RecordSummary:
     """Record until `episodes` are saved (or a stop event). Failed episodes are discarded
     unless `keep_failed`; a re-record event repeats the same seed."""
     summary = RecordSummary()
@@ -45,7 +46,7 @@ def record_dataset(session: Session, teleop: TeleopDevice, writer: DatasetWriter
         if attempts > max_attempts:
             raise UserError(f"gave up after {max_attempts} attempts: only {summary.episodes_saved} "
                             f"of {episodes} episodes succeeded (use --keep-failed to store failures)")
-        outcome = record_episode(session, teleop, writer, seed, max_ticks)
+        outcome = record_episode(session, teleop, writer, seed, max_ticks, disturbance)
         summary.overruns += outcome.overruns
         summary.loop_wall_s += outcome.wall_s
         if outcome.rerecord:

@@ -28,7 +28,7 @@ class FrameTable:
     states: np.ndarray
     """(N, S) float32 measured joints, radians."""
     actions: np.ndarray
-    """(N, A) float32 executed joint targets, radians."""
+    """(N, A) float32 joint targets, radians (executed, or the teleop's: `load_frames`)."""
     env_states: np.ndarray | None
     """(N, E) float32 privileged features, or None."""
     images: dict[str, torch.Tensor]
@@ -56,9 +56,10 @@ class FrameTable:
         return sum(t.numel() for t in self.images.values())
 
 
-def require_features(features: dict, root: Path, cameras: tuple[str, ...], use_env_state: bool) -> None:
+def require_features(features: dict, root: Path, cameras: tuple[str, ...], use_env_state: bool,
+                     action_key: str = F.ACTION) -> None:
     """ConfigError naming the first feature the training needs that the dataset lacks."""
-    needed = [F.STATE, F.ACTION] + [F.image_key(c) for c in cameras] + ([F.ENV_STATE] if use_env_state else [])
+    needed = [F.STATE, action_key] + [F.image_key(c) for c in cameras] + ([F.ENV_STATE] if use_env_state else [])
     for key in needed:
         if key not in features:
             have = ", ".join(k for k in features if k.startswith(("observation", "action")))
@@ -66,8 +67,10 @@ def require_features(features: dict, root: Path, cameras: tuple[str, ...], use_e
 
 
 def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image_size_px: int = 64,
-                use_env_state: bool = False, progress: bool = True) -> FrameTable:
-    """Read the dataset at `root` into RAM (HF hub offline: set HF_HUB_OFFLINE=1)."""
+                use_env_state: bool = False, progress: bool = True, action_key: str = F.ACTION) -> FrameTable:
+    """Read the dataset at `root` into RAM (HF hub offline: set HF_HUB_OFFLINE=1). The
+    training targets come from `action_key`: "action" (executed) or "action.teleop" (what
+    the teleop asked for: the clean labels of a `record --perturb` dataset)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.datasets.video_utils import decode_video_frames
     from tqdm import tqdm
@@ -76,12 +79,12 @@ def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image
     if not (root / "meta" / "info.json").is_file():
         raise FileNotFoundError(f"no LeRobot dataset at {root} (missing meta/info.json)")
     ds = LeRobotDataset(f"local/{root.name}", root=root, video_backend="pyav")
-    require_features(ds.features, root, cameras, use_env_state)
+    require_features(ds.features, root, cameras, use_env_state, action_key)
     for cam in cameras:
         if ds.features[F.image_key(cam)]["dtype"] != "video":
             raise ConfigError(f"dataset {root}: {F.image_key(cam)} is stored as images; training reads videos")
     table = ds.hf_dataset.with_format("numpy")
-    cols = [F.STATE, F.ACTION, "episode_index", "frame_index", "timestamp", "task_index"]
+    cols = [F.STATE, action_key, "episode_index", "frame_index", "timestamp", "task_index"]
     cols += [F.ENV_STATE] if use_env_state else []
     data = {c: np.asarray(table[c]) for c in cols}
     episodes = data["episode_index"].reshape(-1)
@@ -103,7 +106,7 @@ def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image
                                          backend="pyav", return_uint8=True)
             images[cam][first:last] = resize_images(frames, image_size_px)
     return FrameTable(
-        states=data[F.STATE].astype(np.float32), actions=data[F.ACTION].astype(np.float32),
+        states=data[F.STATE].astype(np.float32), actions=data[action_key].astype(np.float32),
         env_states=data[F.ENV_STATE].astype(np.float32) if use_env_state else None, images=images,
         task_ids=data["task_index"].reshape(-1).astype(np.int64), tasks=tasks,
         episode_start=start, episode_end=end, fps=float(ds.fps))

@@ -49,6 +49,9 @@ class TrainConfig:
     """Linear learning-rate warm-up."""
     weight_decay: float = 1e-4
     """AdamW weight decay."""
+    action_key: str = "action"
+    """Dataset column of the targets: "action" (executed) or "action.teleop" (the teleop's
+    clean targets of a `robotrl record --perturb` dataset)."""
     k_max: int = 8
     """VLASH offset: k ~ U{0..k_max} per example (0: no offset augmentation)."""
     k_zero_prob: float = 0.5
@@ -132,7 +135,7 @@ def fit_normalizer(frames: FrameTable, config: FastSlowConfig, ee: np.ndarray | 
     starts = np.arange(frames.num_frames)
     idx, mask = chunk_indices(starts, config.horizon, frames.episode_end)
     return Normalizer.fit(config.action_mode, frames.states, frames.actions[idx], frames.states, mask,
-                          frames.env_states if config.use_env_state else None, ee)
+                          frames.env_states if config.use_env_state else None, ee, config.ee_features_arm or None)
 
 
 class Trainer:
@@ -151,7 +154,7 @@ class Trainer:
             self.normalizer = Normalizer.from_dict(resume_doc["normalization"])
         self.frames = frames if frames is not None else load_frames(
             cfg.dataset, tuple(self._policy_field("cameras")), self._policy_field("image_size_px"),
-            self._policy_field("use_env_state"), progress=progress)
+            self._policy_field("use_env_state"), progress=progress, action_key=cfg.action_key)
         if resume_doc is None:
             self.config = policy_config(self.frames, cfg)
         self.ee = None
