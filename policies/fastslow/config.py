@@ -7,6 +7,10 @@ from dataclasses import asdict, dataclass, fields
 from robotrl.hardware.errors import ConfigError
 
 ACTION_MODES = ("delta", "absolute", "ee_delta", "ee_absolute")
+EE_MODES = ("ee_delta", "ee_absolute")
+"""Modes whose rows are end-effector rows (IK back to joints)."""
+DELTA_MODES = ("delta", "ee_delta")
+"""Modes whose rows are measured from the state the chunk starts from."""
 LEGACY_DEFAULTS = {"text_gates_fresh": False}
 """Values of fields a checkpoint's config.json may predate (the behaviour before them)."""
 
@@ -84,7 +88,7 @@ class FastSlowConfig:
             raise ConfigError(f"FastSlowConfig.execute_steps ({self.execute_steps}) must be <= horizon ({self.horizon})")
         if self.action_mode not in ACTION_MODES:
             raise ConfigError(f"FastSlowConfig.action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
-        if self.action_mode.startswith("ee_") and not self.ee_features_arm:
+        if self.action_mode in EE_MODES and not self.ee_features_arm:
             raise ConfigError(f"FastSlowConfig.action_mode {self.action_mode!r} needs ee_features_arm "
                               "(the arm model for IK)")
         if self.use_env_state and self.env_state_dim < 1:

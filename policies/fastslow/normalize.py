@@ -18,10 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from robotrl.policies.fastslow.config import DELTA_MODES, EE_MODES
 from robotrl.policies.fastslow.ee_actions import EndEffectorActions
 
-EE_MODES = ("ee_delta", "ee_absolute")
-DELTA_MODES = ("delta", "ee_delta")
 STATE_STD_FLOOR = 1e-2
 """Smallest std used for states and env_state (a constant joint would otherwise blow up)."""
 ACTION_STD_FLOOR = 1e-3
