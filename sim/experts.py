@@ -77,8 +77,8 @@ class CartesianMover:
         q = self._q.copy()
         for _ in range(2):  # roll changes the fingertip position a little: solve twice
             if yaw_rad is not None:
-                # Pointing down, rolling the wrist by +x turns the jaw axis by -x in yaw.
-                q[ROLL] = np.clip(q[ROLL] + wrap_quarter(self.jaw_yaw(q) - yaw_rad),
+                # Pointing down, rolling the wrist by +x turns the jaw axis by +x in yaw.
+                q[ROLL] = np.clip(q[ROLL] - wrap_quarter(self.jaw_yaw(q) - yaw_rad),
                                   self.kin.lower_rad[ROLL] + 0.05, self.kin.upper_rad[ROLL] - 0.05)
             q = self.kin.ik(ref, q, approach_axis=DOWN if point_down else None, joints=slice(0, 4),
                             max_iters=30).q_rad

@@ -65,8 +65,37 @@ def test_pick_place_phases_end_on_what_the_state_shows():
                 break
         assert st.success
         assert switches["close"] < GRIPPING_RAD < switches["close"] + 0.12  # one gripper step past contact
-        assert switches["release"] > RELEASED_RAD
+        # the episode ends (cube in the bin, jaws clear of it) while the jaws open: the
+        # release phase is current, or it ended on the jaws reading open
+        assert expert.phase == "release" or switches["release"] > RELEASED_RAD
+        assert switches["lower"] < GRIPPING_RAD  # carried all the way with the jaws closed
+        assert obs.state.q_rad[-1] > switches["lower"] + 0.3  # and let go by opening them
         cube, _ = env.task.cube_pose(env.sim, env.task.target_color)
         assert cube[2] < 0.04  # the cube was let go into the bin
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_pick_place_jaws_turn_to_the_cube_and_stay_there(seed):
+    """The wrist roll turns the jaw axis onto the cube's yaw (modulo the cube's quarter
+    turn symmetry) and then holds it: no tick-to-tick roll oscillation in the targets."""
+    from robotrl.sim.experts import ROLL, wrap_quarter
+
+    env = TaskEnv("pick_place", "nominal", cameras=())
+    try:
+        obs = env.reset(seed)
+        expert = env.make_expert()
+        rolls, yaw_errors = [], []
+        while expert.phase not in ("lift", "carry"):
+            target = expert.act(obs.state.q_rad)
+            rolls.append(target[ROLL])
+            if expert.phase in ("descend", "close"):
+                yaw_errors.append(wrap_quarter(expert.mover.jaw_yaw(target) - expert._yaw))
+            obs = env.step(target).obs
+        assert np.abs(yaw_errors).max() < 0.02  # about 1 degree off the cube's face
+        steps = np.diff(rolls)
+        flips = np.sum((steps[1:] * steps[:-1] < 0) & (np.abs(steps[1:]) > 0.01))
+        assert flips <= 1, f"roll target reversed {flips} times: {np.round(steps, 3)}"
     finally:
         env.close()

@@ -33,6 +33,10 @@ GRIPPING_RAD = -0.04
 -0.07 rad): the grasp is done and the lift starts."""
 RELEASED_RAD = 0.5
 """Measured gripper angle above which the cube is let go."""
+CARRY_HEIGHT_M = 0.075
+"""End-effector height while carrying: the cube's bottom clears the bin wall and the other
+cubes, and the SO-101 still reaches it with the fingers pointing down (above about 8 cm
+pointing down is out of its reach)."""
 REACHED_M = 0.006
 STALL_TICKS = 30
 """Move on to the next phase this long after the reference arrived, reached or not."""
@@ -110,6 +114,10 @@ class PickPlaceTask:
         return PickPlaceExpert(self, robot, Kinematics(robot.arm), noise_m)
 
 
+GRASPING_PHASES = ("above_cube", "descend", "close")
+"""Phases with the fingers pointing straight down (the grasp needs it)."""
+
+
 class PickPlaceExpert:
     """Scripted pick and place: above the cube, down, close, lift, over the bin, open.
 
@@ -136,22 +144,26 @@ class PickPlaceExpert:
             self.phase = "above_cube"
         jaw_axis = self.kin.forward(q_rad)[1][:, 0] * [1.0, 1.0, 0.0]
         offset = GRASP_OFFSET_M * jaw_axis / max(float(np.linalg.norm(jaw_axis)), 1e-6)
-        above = self._cube + offset + [0, 0, 0.05]
+        above = self._cube + offset + [0, 0, 0.04]
         grasp = np.array([*(self._cube + offset)[:2], 0.008])
-        over_bin = self.task.bin_m + [0, 0, 0.10]
+        over_bin = self.task.bin_m + [0, 0, CARRY_HEIGHT_M]
+        lifted = np.array([*above[:2], CARRY_HEIGHT_M])
         g = q_rad[-1]
         plan = {  # phase: (waypoint, gripper, next phase, has the gripper done its part)
             "above_cube": (above, GRIPPER_OPEN_RAD, "descend", True),
             "descend": (grasp, GRIPPER_OPEN_RAD, "close", True),
             "close": (grasp, GRIPPER_CLOSED_RAD, "lift", g < GRIPPING_RAD),
-            "lift": (above + [0, 0, 0.04], GRIPPER_CLOSED_RAD, "carry", True),
+            "lift": (lifted, GRIPPER_CLOSED_RAD, "carry", True),
             "carry": (over_bin, GRIPPER_CLOSED_RAD, "lower", True),
-            "lower": (over_bin - [0, 0, 0.04], GRIPPER_CLOSED_RAD, "release", True),
-            "release": (over_bin - [0, 0, 0.04], GRIPPER_OPEN_RAD, "retreat", g > RELEASED_RAD),
-            "retreat": (over_bin + [0, 0, 0.03], GRIPPER_OPEN_RAD, "retreat", True),
+            "lower": (over_bin - [0, 0, 0.025], GRIPPER_CLOSED_RAD, "release", True),
+            "release": (over_bin - [0, 0, 0.025], GRIPPER_OPEN_RAD, "retreat", g > RELEASED_RAD),
+            "retreat": (over_bin + [0, 0, 0.01], GRIPPER_OPEN_RAD, "retreat", True),
         }
         waypoint, gripper, next_phase, gripper_done = plan[self.phase]
-        target = self.mover.step(waypoint, gripper, yaw_rad=self._yaw)
+        # Over the bin (up to 31 cm out) the fingers cannot point straight down at this
+        # height: from the carry on only the position is controlled, so the waypoints are
+        # reached (the jaws tilt a little) instead of stalling a few cm short.
+        target = self.mover.step(waypoint, gripper, yaw_rad=self._yaw, point_down=self.phase in GRASPING_PHASES)
         if np.linalg.norm(self.mover.reference_m - waypoint) < 1e-4:
             self._wait += 1  # ticks since the reference arrived
         reached = np.linalg.norm(self.kin.ee_position(q_rad) - waypoint) < REACHED_M
