@@ -3,9 +3,11 @@ section 4).
 
 The task's scripted expert runs alongside the policy, as a shadow that always plans from
 where the arm is. When the policy's requested target drifts from where the expert wants
-the end effector by more than `takeover_m`, the expert takes over: its targets replace the
+the end effector by more than `takeover_m`, or its gripper target disagrees with the
+expert's by more than `takeover_gripper_rad` (closing in the air, opening while carrying:
+what a person watching would stop), the expert takes over: its targets replace the
 policy's rows (the executor flags those ticks as interventions) for at least `min_ticks`,
-until the policy's request is back within `handback_m`. A per-episode budget of
+until the policy's request is back within `handback_m` and half the gripper threshold. A per-episode budget of
 intervention ticks tapers linearly with the episode count (and optionally with the recent
 success rate), so the help fades as the policy learns.
 
@@ -41,6 +43,8 @@ class ScriptedIntervener:
         takeover_m: end-effector distance between the policy's target and the expert's
             reference point above which the expert takes over.
         handback_m: distance below which it hands back (after `min_ticks`).
+        takeover_gripper_rad: gripper target disagreement (radians) that also triggers a
+            takeover; None: position only.
         min_ticks: shortest takeover.
         initial_budget_ticks: intervention ticks allowed in the first episode.
         taper_episodes: episodes over which the budget falls linearly to 0.
@@ -52,20 +56,24 @@ class ScriptedIntervener:
         budget: intervention ticks allowed in this episode.
         episode_takeovers, episode_ticks: takeovers and intervention ticks this episode.
         takeovers, intervention_ticks: totals over all episodes.
-        drift_m: the last measured drift.
+        drift_m, gripper_gap_rad: the last measured drift and gripper disagreement.
     """
 
-    def __init__(self, env, *, takeover_m: float = 0.06, handback_m: float = 0.02, min_ticks: int = 8,
+    def __init__(self, env, *, takeover_m: float = 0.06, handback_m: float = 0.02,
+                 takeover_gripper_rad: float | None = 0.5, min_ticks: int = 8,
                  initial_budget_ticks: int = 150, taper_episodes: int = 100, taper_with_success: bool = False,
                  success_window: int = 10) -> None:
         if not 0 < handback_m <= takeover_m:
             raise ValueError(f"need 0 < handback_m <= takeover_m, got {handback_m}, {takeover_m}")
+        if takeover_gripper_rad is not None and takeover_gripper_rad <= 0:
+            raise ValueError(f"takeover_gripper_rad must be > 0 (or None), got {takeover_gripper_rad}")
         if min_ticks < 1 or success_window < 1:
             raise ValueError(f"min_ticks={min_ticks} and success_window={success_window} must be >= 1")
         budget_ticks(0, initial_budget_ticks, taper_episodes)  # validates
         self.env = env
         self.kin = Kinematics(env.sim.arm)
         self.takeover_m, self.handback_m, self.min_ticks = takeover_m, handback_m, min_ticks
+        self.takeover_gripper_rad = takeover_gripper_rad
         self.initial_budget_ticks, self.taper_episodes = initial_budget_ticks, taper_episodes
         self.taper_with_success = taper_with_success
         self.successes: deque[bool] = deque(maxlen=success_window)
@@ -73,7 +81,7 @@ class ScriptedIntervener:
         self.budget = 0
         self.takeovers = self.intervention_ticks = 0
         self.episode_takeovers = self.episode_ticks = 0
-        self.drift_m = 0.0
+        self.drift_m = self.gripper_gap_rad = 0.0
         self.active = False
         self._held = 0
         self._expert = None
@@ -101,12 +109,14 @@ class ScriptedIntervener:
             self._expert.mover.reanchor_joints(q)
         target = np.asarray(self._expert.act(q), dtype=np.float64)
         self.drift_m = float(np.linalg.norm(self.kin.ee_position(requested_rad) - self._expert.mover.reference_m))
+        self.gripper_gap_rad = float(abs(requested_rad[-1] - target[-1]))
+        gripper_limit = np.inf if self.takeover_gripper_rad is None else self.takeover_gripper_rad
         if self.active:
-            done = self._held >= self.min_ticks and self.drift_m <= self.handback_m
-            if done or self.episode_ticks >= self.budget:
+            agrees = self.drift_m <= self.handback_m and self.gripper_gap_rad <= gripper_limit / 2
+            if (self._held >= self.min_ticks and agrees) or self.episode_ticks >= self.budget:
                 self.active = False
                 return None
-        elif self.drift_m > self.takeover_m and self.episode_ticks < self.budget:
+        elif (self.drift_m > self.takeover_m or self.gripper_gap_rad > gripper_limit) and self.episode_ticks < self.budget:
             self.active, self._held = True, 0
             self.takeovers += 1
             self.episode_takeovers += 1

@@ -151,3 +151,37 @@ def test_real_arm_episodes_end_at_max_ticks(env):
     ep = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, None, "vlash", seed=3, horizon=H,
                            max_ticks=12)
     assert ep.ticks == 12 and not ep.success
+
+
+def test_intervener_stops_a_grasp_closed_in_the_air():
+    """On the expert's path but with the jaws closing while the expert holds them open: the
+    gripper trigger takes over (the position trigger alone never would), and hands back
+    once the policy's gripper agrees again."""
+    from robotrl.sim.env import TaskEnv
+
+    env = TaskEnv("pick_place", cameras=())
+    try:
+        env.reset(1)
+        both = ScriptedIntervener(env, takeover_m=0.06, takeover_gripper_rad=0.5, min_ticks=3)
+        position_only = ScriptedIntervener(env, takeover_m=0.06, takeover_gripper_rad=None, min_ticks=3)
+        both.begin_episode(1)
+        position_only.begin_episode(1)
+        shadow = env.make_expert(1)
+        takes = []
+        for tick in range(32):
+            row = np.array(shadow.act(env.sim.q_true_rad))  # the expert's own path...
+            shut = 10 <= tick < 16
+            if shut:  # ...with the jaws commanded shut while it holds them open above the cube
+                assert row[-1] > 0.8
+                row[-1] = -0.15
+            assert position_only(tick, row) is None  # no position drift: never takes over
+            target = both(tick, row)
+            takes.append(target is not None)
+            if shut:
+                assert both.gripper_gap_rad > 0.9
+            env.step(row if target is None else target)
+        assert not any(takes[:10])  # the expert itself needs no help
+        assert takes[10:16] == [True] * 6  # took over at once, held while the jaws disagreed
+        assert not any(takes[16:]) and both.takeovers == 1  # handed back as soon as they agreed
+    finally:
+        env.close()

@@ -61,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     online.add_argument("--takeover-m", type=float, default=0.06,
                         help="scripted intervener: takes over when the policy's gripper target is this far (m) from "
                              "the expert's, hands back within a third of it (default: 0.06)")
+    online.add_argument("--takeover-gripper-rad", type=float, default=0.5,
+                        help="scripted intervener: also takes over when the policy's gripper target differs from "
+                             "the expert's by more than this (rad; closing in the air); 0: position only "
+                             "(default: 0.5)")
     online.add_argument("--taper-episodes", type=int, default=100,
                         help="scripted intervener: episodes over which its budget falls to 0 (default: 100)")
     online.add_argument("--stepped-delay", type=int, metavar="D",
@@ -146,6 +150,7 @@ def _run_actor(args, session, client, info: dict, wall_start_s: float | None = N
         from robotrl.sim.intervener import ScriptedIntervener
 
         intervener = ScriptedIntervener(session, takeover_m=args.takeover_m, handback_m=args.takeover_m / 3,
+                                        takeover_gripper_rad=args.takeover_gripper_rad or None,
                                         initial_budget_ticks=args.budget_ticks, taper_episodes=args.taper_episodes)
     elif args.intervene != "none":
         from robotrl.hardware.teleop.intervention import TeleopIntervention

@@ -75,7 +75,7 @@ def actor_command(args, k: int, server: str, transitions: str, out: Path, episod
                "--episodes", str(episodes), "--seed", str(args.seed + 100_000 * k), "--robot-id", f"actor{k}",
                "--actor-log", str(out / f"actor{k}.csv"), "--max-seconds", str(args.max_seconds),
                "--taper-episodes", str(args.taper_episodes), "--budget-ticks", str(args.budget_ticks),
-               "--takeover-m", str(args.takeover_m))
+               "--takeover-m", str(args.takeover_m), "--takeover-gripper-rad", str(args.takeover_gripper_rad))
     if args.stepped_delay is not None:
         cmd += ["--stepped-delay", str(args.stepped_delay)]
     return cmd
