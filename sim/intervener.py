@@ -7,9 +7,9 @@ the end effector by more than `takeover_m`, or its gripper target disagrees with
 expert's by more than `takeover_gripper_rad` (closing in the air, opening while carrying:
 what a person watching would stop), the expert takes over: its targets replace the
 policy's rows (the executor flags those ticks as interventions) for at least `min_ticks`,
-until the policy's request is back within `handback_m` and half the gripper threshold. A per-episode budget of
-intervention ticks tapers linearly with the episode count (and optionally with the recent
-success rate), so the help fades as the policy learns.
+until the policy's request is back within `handback_m` and half the gripper threshold.
+A per-episode budget of intervention ticks tapers linearly with the episode count (and
+optionally with the recent success rate), so the help fades as the policy learns.
 
 Simulation only: it reads the true joint state of the `TaskEnv`. Positions are metres
 (robot base frame), angles radians, times control ticks.

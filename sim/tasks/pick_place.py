@@ -34,9 +34,9 @@ GRIPPING_RAD = -0.04
 RELEASED_RAD = 0.5
 """Measured gripper angle above which the cube is let go."""
 CARRY_HEIGHT_M = 0.075
-"""End-effector height while carrying: the cube's bottom clears the bin wall and the other
-cubes, and the SO-101 still reaches it with the fingers pointing down (above about 8 cm
-pointing down is out of its reach)."""
+"""End-effector height of the lift and the carry: the cube's bottom clears the bin wall and
+the other cubes. Higher waypoints were out of reach (pointing down, the SO-101 reaches
+about 8 cm at 16-24 cm out) and the expert stalled short of them."""
 REACHED_M = 0.006
 STALL_TICKS = 30
 """Move on to the next phase this long after the reference arrived, reached or not."""
