@@ -59,8 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     online.add_argument("--budget-ticks", type=int, default=150,
                         help="scripted intervener: intervention ticks allowed in the first episode (default: 150)")
     online.add_argument("--takeover-m", type=float, default=0.06,
-                        help="scripted intervener: takes over when the policy's gripper target is this far (m) from "
-                             "the expert's, hands back within a third of it (default: 0.06)")
+                        help="scripted intervener: takes over when the policy's end-effector target is this far (m) "
+                             "from the expert's, hands back within a third of it (default: 0.06)")
     online.add_argument("--takeover-gripper-rad", type=float, default=0.5,
                         help="scripted intervener: also takes over when the policy's gripper target differs from "
                              "the expert's by more than this (rad; closing in the air); 0: position only "

@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
               "env_object_dim": args.env_objects, "relative_objects": args.relative_objects,
               "action_mode": args.action_mode, "ee_features_arm": args.ee_features}
     cfg = TrainConfig(dataset=args.dataset, out=args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                      action_key=args.action_key, k_max=args.k_max, k_zero_prob=args.k_zero_prob, latent_delay_max=args.latent_delay_max,
-                      rtc_train=args.rtc_train,
+                      action_key=args.action_key, k_max=args.k_max, k_zero_prob=args.k_zero_prob,
+                      latent_delay_max=args.latent_delay_max, rtc_train=args.rtc_train,
                       shift_px=args.shift_px, seed=args.seed, threads=args.threads, save_every=args.save_every,
                       eval_every=args.eval_every, eval_episodes=args.eval_episodes, task=args.task,
                       time_budget_s=args.minutes * 60 if args.minutes else None, policy=policy)

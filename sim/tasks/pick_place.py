@@ -37,6 +37,8 @@ CARRY_HEIGHT_M = 0.075
 """End-effector height of the lift and the carry: the cube's bottom clears the bin wall and
 the other cubes. Higher waypoints were out of reach (pointing down, the SO-101 reaches
 about 8 cm at 16-24 cm out) and the expert stalled short of them."""
+GRASPING_PHASES = ("above_cube", "descend", "close")
+"""Expert phases with the fingers pointing straight down (the grasp needs it)."""
 REACHED_M = 0.006
 STALL_TICKS = 30
 """Move on to the next phase this long after the reference arrived, reached or not."""
@@ -112,10 +114,6 @@ class PickPlaceTask:
 
     def make_expert(self, robot: SimRobot, noise_m: float = 0.0) -> PickPlaceExpert:
         return PickPlaceExpert(self, robot, Kinematics(robot.arm), noise_m)
-
-
-GRASPING_PHASES = ("above_cube", "descend", "close")
-"""Phases with the fingers pointing straight down (the grasp needs it)."""
 
 
 class PickPlaceExpert:
