@@ -40,6 +40,16 @@ about 8 cm at 16-24 cm out) and the expert stalled short of them."""
 GRASPING_PHASES = ("above_cube", "descend", "close")
 """Expert phases with the fingers pointing straight down (the grasp needs it)."""
 REACHED_M = 0.006
+SETTLED_M = 0.02
+"""A waypoint the arm stopped short of, but within this distance, counts as reached."""
+SETTLE_TICKS = 4
+"""Ticks without progress (distance to the waypoint down by PROGRESS_M, jaws nearer their
+target by PROGRESS_RAD) after which the arm (or the jaws) has settled. A soft or loaded
+servo settles short of its target: in the shifted scenario (kp x0.7, mass x1.3) the arm
+sags about 1 cm under the carry waypoint and the jaws stop on the cube near +0.06 rad
+instead of -0.07."""
+PROGRESS_M = 0.001
+PROGRESS_RAD = 0.01
 STALL_TICKS = 30
 """Move on to the next phase this long after the reference arrived, reached or not."""
 
@@ -119,9 +129,10 @@ class PickPlaceTask:
 class PickPlaceExpert:
     """Scripted pick and place: above the cube, down, close, lift, over the bin, open.
 
-    Phases end on what the robot's state shows (the gripper reached its waypoint, the
-    jaws closed on the cube, the jaws opened), not on hidden timers, so a policy that sees
-    only the state can tell when the demonstrator moved on."""
+    Phases end on what the robot's state shows (the gripper reached its waypoint or
+    settled near it, the jaws closed on the cube or stopped closing, the jaws opened), not
+    on hidden timers, so a policy that sees only the state can tell when the demonstrator
+    moved on."""
 
     def __init__(self, task: PickPlaceTask, robot: SimRobot, kinematics: Kinematics, noise_m: float) -> None:
         self.task = task
@@ -131,15 +142,19 @@ class PickPlaceExpert:
 
     def reset(self, rng: np.random.Generator) -> None:
         self._rng = rng
-        self.phase = "start"
-        self._wait = 0
+        self._next_phase("start")
+
+    def _next_phase(self, phase: str) -> None:
+        self.phase, self._wait = phase, 0
+        self._arm = Settling(PROGRESS_M)
+        self._jaws = Settling(PROGRESS_RAD)
 
     def act(self, q_rad: np.ndarray) -> np.ndarray:
         if self.phase == "start":
             self.mover.reset(self._rng, q_rad)
             cube, yaw = self.task.cube_pose(self.robot, self.task.target_color)
             self._cube, self._yaw = cube, yaw
-            self.phase = "above_cube"
+            self._next_phase("above_cube")
         jaw_axis = self.kin.forward(q_rad)[1][:, 0] * [1.0, 1.0, 0.0]
         offset = GRASP_OFFSET_M * jaw_axis / max(float(np.linalg.norm(jaw_axis)), 1e-6)
         above = self._cube + offset + [0, 0, 0.04]
@@ -150,7 +165,7 @@ class PickPlaceExpert:
         plan = {  # phase: (waypoint, gripper, next phase, has the gripper done its part)
             "above_cube": (above, GRIPPER_OPEN_RAD, "descend", True),
             "descend": (grasp, GRIPPER_OPEN_RAD, "close", True),
-            "close": (grasp, GRIPPER_CLOSED_RAD, "lift", g < GRIPPING_RAD),
+            "close": (grasp, GRIPPER_CLOSED_RAD, "lift", g < GRIPPING_RAD or self._jaws.settled),
             "lift": (lifted, GRIPPER_CLOSED_RAD, "carry", True),
             "carry": (over_bin, GRIPPER_CLOSED_RAD, "lower", True),
             "lower": (over_bin - [0, 0, 0.025], GRIPPER_CLOSED_RAD, "release", True),
@@ -162,9 +177,33 @@ class PickPlaceExpert:
         # height: from the carry on only the position is controlled, so the waypoints are
         # reached (the jaws tilt a little) instead of stalling a few cm short.
         target = self.mover.step(waypoint, gripper, yaw_rad=self._yaw, point_down=self.phase in GRASPING_PHASES)
+        dist = float(np.linalg.norm(self.kin.ee_position(q_rad) - waypoint))
         if np.linalg.norm(self.mover.reference_m - waypoint) < 1e-4:
             self._wait += 1  # ticks since the reference arrived
-        reached = np.linalg.norm(self.kin.ee_position(q_rad) - waypoint) < REACHED_M
+            self._arm.update(dist)
+        if abs(target[-1] - gripper) < 1e-9:  # the jaws are commanded where this phase wants them
+            self._jaws.update(abs(g - gripper))
+        reached = dist < REACHED_M or (dist < SETTLED_M and self._arm.settled)
         if (reached and gripper_done and self._wait > 0) or self._wait > STALL_TICKS:
-            self.phase, self._wait = next_phase, 0
+            self._next_phase(next_phase)
         return target
+
+
+class Settling:
+    """Tracks a value that should fall (a distance, a closing angle): `settled` once it has
+    not fallen by `progress` for SETTLE_TICKS updates in a row."""
+
+    def __init__(self, progress: float) -> None:
+        self.progress = progress
+        self.best = np.inf
+        self.stuck = 0
+
+    def update(self, value: float) -> None:
+        if value < self.best - self.progress:
+            self.best, self.stuck = value, 0
+        else:
+            self.stuck += 1
+
+    @property
+    def settled(self) -> bool:
+        return self.stuck >= SETTLE_TICKS
