@@ -30,19 +30,25 @@ torch.set_num_threads(1)
 # --- pure maths ----------------------------------------------------------------------------
 
 def test_row_weights_golden():
-    # Accepted returns 0, 1, 2: mean 1, std sqrt(2/3) = 0.81650; z = -1.2247, 0, 1.2247.
-    # exp(z) = 0.29384, 1, 3.4029 -> clipped to 3. Example 3 is rejected (weight 0).
-    # Example 0 row 1 is an intervention: 0.29384 * 3 = 0.88152. Example 1 row 1 is padding.
-    # Positive weights 0.29384, 0.88152, 1, 3, 3 average 8.17536 / 5 = 1.635072.
-    w = row_weights(np.array([0.0, 1.0, 2.0, 5.0]), np.array([True, True, True, False]),
-                    np.array([[False, True], [False, False], [False, False], [True, True]]),
-                    np.array([[True, True], [True, False], [True, True], [True, True]]),
-                    beta=1.0, max_weight=3.0, w_int=3.0)
-    expected = np.array([[0.29384, 0.88152], [1.0, 0.0], [3.0, 3.0], [0.0, 0.0]]) / 1.635072
+    # Online examples 0-2 are accepted with returns 0, 1, 2: mean 1, std sqrt(2/3) = 0.81650;
+    # z = -1.2247, 0, 1.2247; exp(z) = 0.29384, 1, 3.4029 -> clipped to 3. Example 3 is
+    # rejected (weight 0). Example 4 is a demo: weight 1 whatever its return (3 would be
+    # z = 2.4 among the online ones). Example 0 row 1 is a human row: w_int = 3, not scaled
+    # by its episode's low return. Example 1 row 1 is padding.
+    # Positive weights 0.29384, 3, 1, 3, 3, 1, 1 average 12.29384 / 7 = 1.756263.
+    w = row_weights(np.array([0.0, 1.0, 2.0, 5.0, 3.0]), np.array([True, True, True, False, True]),
+                    np.array([[False, True], [False, False], [False, False], [True, True], [False, False]]),
+                    np.array([[True, True], [True, False], [True, True], [True, True], [True, True]]),
+                    np.array([False, False, False, False, True]), beta=1.0, max_weight=3.0, w_int=3.0)
+    expected = np.array([[0.29384, 3.0], [1.0, 0.0], [3.0, 3.0], [0.0, 0.0], [1.0, 1.0]]) / 1.756263
     np.testing.assert_allclose(w, expected, rtol=1e-4)
+    # beta = 0: returns ignored, only the human rows stand out.
+    w0 = row_weights(np.array([0.0, 9.0]), np.ones(2, bool), np.array([[True, False], [False, False]]),
+                     np.ones((2, 2), bool), np.zeros(2, bool), beta=0.0, max_weight=3.0, w_int=3.0)
+    np.testing.assert_allclose(w0, np.array([[3.0, 1.0], [1.0, 1.0]]) / 1.5)
     # Nothing accepted: all zero, no division by zero.
     assert not row_weights(np.ones(2), np.zeros(2, bool), np.zeros((2, 3), bool), np.ones((2, 3), bool),
-                           beta=1.0, max_weight=3.0, w_int=3.0).any()
+                           np.zeros(2, bool), beta=1.0, max_weight=3.0, w_int=3.0).any()
 
 
 def test_accepted_rows_golden():

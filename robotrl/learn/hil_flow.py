@@ -3,10 +3,10 @@ FastSlowPolicy (HG-DAgger + Hi-ORS rejection sampling).
 
 Each update draws `ChunkSample`s from the buffer and keeps only accepted rows
 (`accepted_rows`): what a human executed, and the policy's own rows in demos and
-successful episodes except those the human then corrected. Every accepted row is weighted
-by its episode's return (exp of the batch-normalised return, clipped) and by `w_int` when
-the human executed it (`row_weights`). The loss is the policy's own flow-matching loss as
-a weighted mean over rows.
+successful episodes except those the human then corrected. A human row weighs `w_int`, a
+demo row 1, and the policy's own online row the exp of its episode's return normalised
+over the online episodes in the batch, clipped (`row_weights`). The loss is the policy's
+own flow-matching loss as a weighted mean over rows.
 """
 
 from __future__ import annotations
@@ -29,22 +29,25 @@ from robotrl.policies.fastslow.slow import resize_images
 from robotrl.train.loss import Batch, flow_matching_loss
 
 
-def row_weights(episode_return: np.ndarray, accepted: np.ndarray, intervention: np.ndarray, mask: np.ndarray, *,
-                beta: float, max_weight: float, w_int: float) -> np.ndarray:
+def row_weights(episode_return: np.ndarray, accepted: np.ndarray, intervention: np.ndarray, mask: np.ndarray,
+                is_demo: np.ndarray, *, beta: float, max_weight: float, w_int: float) -> np.ndarray:
     """(B, H) loss weight of every chunk row.
 
-    z_b = (R_b - mean R) / (std R + 1e-6), mean/std over accepted examples (z = 0 when
-    fewer than two); w_b = min(exp(beta z_b), max_weight); row weight = w_b x (w_int if
-    the row was a human intervention else 1) x mask x accepted; then scaled so the
+    A row a human executed weighs `w_int` (HG-DAgger: the correction is the label, however
+    the policy did before it). A demo row weighs 1. The policy's own row in an online
+    episode weighs w_b = min(exp(beta z_b), max_weight), z_b = (R_b - mean R) / (std R +
+    1e-6) over the accepted online examples (z = 0 when fewer than two): returns rank the
+    policy's own attempts against each other, never against demos recorded elsewhere
+    (other dynamics, other episode lengths). Times mask x accepted, then scaled so the
     positive weights average 1 (all zero when nothing is accepted)."""
     ret = np.asarray(episode_return, np.float64)
-    acc = np.asarray(accepted, bool)
+    online = np.asarray(accepted, bool) & ~np.asarray(is_demo, bool)
     z = np.zeros_like(ret)
-    if acc.sum() >= 2:
-        z = (ret - ret[acc].mean()) / (ret[acc].std() + 1e-6)
-    w_ret = np.minimum(np.exp(beta * z), max_weight)
-    w = w_ret[:, None] * np.where(np.asarray(intervention, bool), w_int, 1.0)
-    w = w * np.asarray(mask, bool) * acc[:, None]
+    if online.sum() >= 2:
+        z = (ret - ret[online].mean()) / (ret[online].std() + 1e-6)
+    w_own = np.where(online, np.minimum(np.exp(beta * z), max_weight), 1.0)
+    w = np.where(np.asarray(intervention, bool), w_int, w_own[:, None])
+    w = w * np.asarray(mask, bool) * np.asarray(accepted, bool)[:, None]
     positive = w > 0
     return (w / w[positive].mean() if positive.any() else w).astype(np.float32)
 
@@ -110,7 +113,8 @@ class HilFlowConfig:
     w_int: float = 3.0
     """Weight of rows a human executed (HG-DAgger)."""
     return_beta: float = 1.0
-    """Inverse temperature of the return weighting (0: returns ignored)."""
+    """Inverse temperature of the return weighting of the policy's own online rows (0:
+    returns ignored)."""
     max_weight: float = 3.0
     """Clip of the return weight exp(beta z)."""
     grad_clip: float = 1.0
@@ -156,7 +160,7 @@ class HilFlow:
         sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, self.policy.config.horizon, learner_version, rng)
         rows = accepted_rows(sample.is_demo, sample.episode_success, sample.intervention, sample.mask)
         accepted = rows.any(1)
-        weights = row_weights(sample.episode_return, accepted, sample.intervention, rows,
+        weights = row_weights(sample.episode_return, accepted, sample.intervention, rows, sample.is_demo,
                               beta=cfg.return_beta, max_weight=cfg.max_weight, w_int=cfg.w_int)
         data = batch_metrics(sample.staleness, sample.intervention[:, 0], sample.is_demo)
         idx = np.flatnonzero(accepted)
