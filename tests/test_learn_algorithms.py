@@ -266,6 +266,28 @@ def test_hil_flow_update_lowers_the_weighted_loss_and_resumes_bitwise():
     np.testing.assert_array_equal(served.predict_chunk(obs).actions_rad, algo.served_policy().predict_chunk(obs).actions_rad)
 
 
+def test_hil_flow_serves_the_moving_average_of_its_weights():
+    spec = TransitionSpec(6, 6, {"front": (24, 24)}, 3)
+    algo = HilFlow(spec, tiny_flow(), HilFlowConfig(batch_size=16, lr=3e-3, flow_samples=2, ema_decay=0.9), seed=0)
+    buffer, rng = ChunkBuffer(), np.random.default_rng(0)
+    before = {k: v.clone() for k, v in algo.model.state_dict().items()}
+    algo.update(buffer, 0, rng)
+    after = algo.model.state_dict()
+    ema = algo.ema.model.state_dict()
+    moved = [k for k in before if not torch.equal(before[k], after[k])]
+    assert moved  # the update changed the trained weights...
+    for k in moved:  # ...and the served ones by a tenth of that: 0.9 * old + 0.1 * new
+        torch.testing.assert_close(ema[k], 0.9 * before[k] + 0.1 * after[k])
+    served = tiny_flow(seed=9)
+    served.load_weights(algo.policy_weights())
+    for k, v in served.model.state_dict().items():
+        torch.testing.assert_close(v, ema[k])
+    raw = HilFlow(spec, tiny_flow(), HilFlowConfig(batch_size=16, lr=3e-3, flow_samples=2, ema_decay=0.0), seed=0)
+    raw.update(ChunkBuffer(), 0, np.random.default_rng(0))
+    for k, v in raw.ema.model.state_dict().items():  # decay 0: the raw weights are served
+        torch.testing.assert_close(v, raw.model.state_dict()[k])
+
+
 def test_dsrl_shapes_noise_range_and_critic_learning():
     spec = TransitionSpec(6, 6, {"front": (24, 24)}, 3)
     algo = Dsrl(spec, tiny_flow(), DsrlConfig(batch_size=16, latent_dim=32, hidden_dims=(64, 64), noise_bound=1.5,

@@ -6,7 +6,8 @@ Each update draws `ChunkSample`s from the buffer and keeps only accepted rows
 successful episodes except those the human then corrected. A human row weighs `w_int`, a
 demo row 1, and the policy's own online row the exp of its episode's return normalised
 over the online episodes in the batch, clipped (`row_weights`). The loss is the policy's
-own flow-matching loss as a weighted mean over rows.
+own flow-matching loss as a weighted mean over rows. The served policy is a moving average
+of the trained weights (`HilFlowConfig.ema_decay`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from robotrl.buffer.sampler import ChunkSample
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.hardware.errors import ConfigError
 from robotrl.learn.algorithm import (batch_metrics, check_saved_config, config_json, ess_fraction,
-                                     load_optimizer_state, module_state, optimizer_state)
+                                     load_optimizer_state, module_state, optimizer_state, soft_update)
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
 from robotrl.policies.fastslow.policy import FastSlowPolicy
@@ -119,10 +120,17 @@ class HilFlowConfig:
     """Clip of the return weight exp(beta z)."""
     grad_clip: float = 1.0
     """Gradient norm clip."""
+    ema_decay: float = 0.995
+    """The served policy is an exponential moving average of the trained weights, ema <-
+    decay * ema + (1 - decay) * weights after every update (0: serve the raw weights).
+    Raw weights under a constant learning rate jitter from update to update, and the arm
+    would execute consecutive chunks from differently jittered policies."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.flow_samples < 1:
             raise ConfigError("HilFlowConfig: batch_size and flow_samples must be >= 1")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ConfigError(f"HilFlowConfig: ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.w_int < 0 or self.max_weight <= 0 or self.return_beta < 0:
             raise ConfigError("HilFlowConfig: w_int and return_beta must be >= 0, max_weight > 0")
 
@@ -150,6 +158,8 @@ class HilFlow:
         self.policy = policy
         self.model = policy.model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.ema = FastSlowPolicy(copy.deepcopy(self.model), policy.normalizer, policy.vocab, seed=policy.seed,
+                                  rtc_guidance=policy.rtc_guidance, noise_scale=policy.noise_scale)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.torch_rng = torch.get_rng_state()
@@ -176,6 +186,7 @@ class HilFlow:
         loss.backward()
         grad = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
         self.optimizer.step()
+        soft_update(self.ema.model, self.model, 1.0 - cfg.ema_decay)
         self.model.eval()
         self.updates += 1
         real = weights[idx][rows[idx]]
@@ -183,20 +194,22 @@ class HilFlow:
                 "grad_norm": grad, "skipped": 0.0, **data}
 
     def policy_weights(self) -> bytes:
-        return self.policy.weights_bytes()
+        return self.ema.weights_bytes()
 
     def served_policy(self) -> FastSlowPolicy:
-        p = self.policy
-        return FastSlowPolicy(copy.deepcopy(self.model), p.normalizer, p.vocab, seed=p.seed,
-                              rtc_guidance=p.rtc_guidance, noise_scale=p.noise_scale)
+        e = self.ema
+        return FastSlowPolicy(copy.deepcopy(e.model), e.normalizer, e.vocab, seed=e.seed,
+                              rtc_guidance=e.rtc_guidance, noise_scale=e.noise_scale)
 
     def state_dict(self) -> dict:
-        return {"model": module_state(self.model), "optim": optimizer_state(self.optimizer),
+        return {"model": module_state(self.model), "ema": module_state(self.ema.model),
+                "optim": optimizer_state(self.optimizer),
                 "torch_rng": self.torch_rng.clone(), "updates": self.updates, "config": config_json(self.config)}
 
     def load_state_dict(self, state: dict) -> None:
         check_saved_config(state, self.config, self.name)
         self.model.load_state_dict(state["model"])
+        self.ema.model.load_state_dict(state["ema"])
         load_optimizer_state(self.optimizer, state["optim"])
         self.torch_rng = state["torch_rng"].clone()
         self.updates = int(state["updates"])
