@@ -158,8 +158,7 @@ class HilFlow:
         self.policy = policy
         self.model = policy.model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        self.ema = FastSlowPolicy(copy.deepcopy(self.model), policy.normalizer, policy.vocab, seed=policy.seed,
-                                  rtc_guidance=policy.rtc_guidance, noise_scale=policy.noise_scale)
+        self.ema = self._policy_copy(self.model)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.torch_rng = torch.get_rng_state()
@@ -197,9 +196,14 @@ class HilFlow:
         return self.ema.weights_bytes()
 
     def served_policy(self) -> FastSlowPolicy:
-        e = self.ema
-        return FastSlowPolicy(copy.deepcopy(e.model), e.normalizer, e.vocab, seed=e.seed,
-                              rtc_guidance=e.rtc_guidance, noise_scale=e.noise_scale)
+        return self._policy_copy(self.ema.model)
+
+    def _policy_copy(self, model: torch.nn.Module) -> FastSlowPolicy:
+        """A FastSlowPolicy around a copy of `model` (normaliser, vocabulary and sampling
+        settings of the trained policy)."""
+        p = self.policy
+        return FastSlowPolicy(copy.deepcopy(model), p.normalizer, p.vocab, seed=p.seed,
+                              rtc_guidance=p.rtc_guidance, noise_scale=p.noise_scale)
 
     def state_dict(self) -> dict:
         return {"model": module_state(self.model), "ema": module_state(self.ema.model),
