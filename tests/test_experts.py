@@ -145,3 +145,34 @@ def test_pick_place_expert_moves_on_when_a_soft_arm_settles_short():
             assert max(waits.values()) < STALL_TICKS - 10, waits  # ...yet no phase waited for the stall
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("scenario", ["nominal", "shifted"])
+def test_pick_place_expert_grasps_again_a_cube_it_lost(scenario):
+    """A cube that leaves the jaws during the carry (here the jaws are forced open for 8
+    ticks and it drops) is picked up again where it lies, as a person would, instead of
+    being carried nowhere."""
+    from robotrl.sim.tasks.pick_place import HOLDING_PHASES
+
+    env = TaskEnv("pick_place", scenario, cameras=())
+    try:
+        obs = env.reset(3)
+        expert = env.make_expert()
+        phases = []
+        while True:
+            target = expert.act(obs.state.q_rad).copy()
+            phases.append(expert.phase)
+            if phases[-1] == "carry" and 3 <= phases.count("carry") <= 10:
+                target[-1] = 0.9  # open: the cube drops
+            st = env.step(target)
+            obs = st.obs
+            if st.done:
+                break
+        assert st.success
+        dropped = phases.index("carry") + 3
+        regrasp = phases.index("above_cube", dropped)
+        assert regrasp - dropped < 15  # noticed within half a second of the drop
+        assert not any(p in HOLDING_PHASES for p in phases[dropped + 8:regrasp])
+        assert "close" in phases[regrasp:] and phases[-1] in ("release", "retreat")
+    finally:
+        env.close()
