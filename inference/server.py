@@ -13,8 +13,10 @@ Threads:
   takes the learner's published weights and queues them through `set_weights`. Slow
   latents made by older weights are recomputed after a swap, so no chunk mixes versions.
 - slow pathway (policies with `encode_slow`, e.g. the fast/slow VLA): refreshes each
-  robot's latent from its newest images at `slow_rate_hz`; the fast pathway answers every
-  request with the newest latent and its age in ticks.
+  robot's latent from its newest images at `slow_rate_hz`, and at once when the robot's
+  instruction changes or its episode restarts (ticks go back); the fast pathway answers
+  every request with the newest latent and its age in ticks (0 without images: the
+  latent of the instruction alone never ages).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class _Latent:
     tick: int
     version: int
     """Weight version that computed `value`."""
+    instruction: str
     ages: deque = field(default_factory=lambda: deque(maxlen=1000))
 
 
@@ -302,12 +305,13 @@ class PolicyServer:
         for obs, robot_id in zip(observations, robot_ids):
             with self._lock:
                 latent = self._latents.get(robot_id)
-            if latent is None or latent.version != self.version:  # first request, or new weights
-                latent = _Latent(self.policy.encode_slow(obs), obs.tick, self.version,
+            if (latent is None or latent.version != self.version or latent.instruction != obs.instruction
+                    or obs.tick < latent.tick):  # first request, new weights, new task or new episode
+                latent = _Latent(self.policy.encode_slow(obs), obs.tick, self.version, obs.instruction,
                                  latent.ages if latent is not None else deque(maxlen=1000))
                 with self._lock:
                     self._latents[robot_id] = latent
-            age = max(0, obs.tick - latent.tick)
+            age = obs.tick - latent.tick if obs.images else 0
             latent.ages.append(age)
             latents.append(latent.value)
             ages.append(age)
@@ -328,7 +332,7 @@ class PolicyServer:
                     value = self.policy.encode_slow(obs)
                 with self._lock:
                     previous = self._latents.get(robot_id)
-                    self._latents[robot_id] = _Latent(value, obs.tick, version,
+                    self._latents[robot_id] = _Latent(value, obs.tick, version, obs.instruction,
                                                       previous.ages if previous else deque(maxlen=1000))
 
     def _apply_pending_weights(self) -> None:

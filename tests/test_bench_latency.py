@@ -138,6 +138,12 @@ def test_cli_latency_smoke(tmp_path):
                  "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "latency" / "results.json").read_text())["bench"] == "latency"
     assert main(["bench", "latency", "--modes", "warp", "--out", str(tmp_path)]) == 2
+    shifted = tmp_path / "shifted"
+    assert main(["bench", "latency", "--scenario", "shifted", "--episodes", "1", "--delays", "2", "--modes", "sync",
+                 "--out", str(shifted)]) == 0
+    assert json.loads((shifted / "latency" / "results.json").read_text())["scenario"] == "shifted"
+    records = [json.loads(line) for line in (shifted / "latency" / CACHE_FILE).read_text().splitlines()]
+    assert [r["scenario"] for r in records] == ["shifted"]  # the episode ran in shifted physics
 
 
 def test_sim2sim_stepped_variants_and_report(tmp_path):

@@ -92,6 +92,43 @@ def test_server_forwards_the_state_to_the_chunk_start():
     np.testing.assert_allclose(reply.actions[0], np.full(6, 0.31), atol=1e-6)
 
 
+class TextLatentPolicy:
+    """A fast/slow policy without cameras: the slow latent is the instruction's length,
+    every row of a chunk is latent + 1000 x the latent's age."""
+
+    metadata = PolicyMetadata("text", H, 6, 30.0, 6)
+
+    def encode_slow(self, obs: PolicyObservation) -> float:
+        return float(len(obs.instruction))
+
+    def predict_chunks(self, observations, latents, ages) -> list[ActionChunk]:
+        return [ActionChunk(np.full((H, 6), latent + 1000.0 * age), obs.tick + obs.delay_ticks)
+                for obs, latent, age in zip(observations, latents, ages)]
+
+    def reset(self) -> None:
+        pass
+
+
+def test_slow_latent_follows_the_instruction_of_each_episode():
+    """A new instruction (the next episode's task) is encoded before its first chunk, and a
+    latent of the instruction alone (no images) never ages: no episode is served the last
+    episode's task."""
+    red, green = "put the red cube in the bin", "put the green cube in the bin"
+
+    def ask(client, request_id, tick, instruction):
+        req = request("arm", request_id, np.zeros(6), tick=tick)
+        req.instruction = instruction
+        return client.request(req, 5).actions[0, 0]
+
+    with PolicyServer(TextLatentPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            assert ask(client, 1, 0, red) == len(red)
+            assert ask(client, 2, 120, red) == len(red)  # 120 ticks later: still age 0
+            assert ask(client, 3, 0, green) == len(green)  # next episode, other cube
+            assert ask(client, 4, 40, green) == len(green)
+
+
 def test_weights_swap_between_chunks_and_version_in_every_reply():
     policy = RampPolicy()
     with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*"), version=1) as server:

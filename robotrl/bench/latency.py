@@ -32,15 +32,17 @@ the number of episodes with a defined reaction time."""
 
 
 def run(setup: BenchSetup, *, delays: list[DelaySpec], modes: list[str], episodes: int, seed0: int,
-        out_dir: Path, use_ray: bool = False, ray_address: str | None = None, progress: bool = True) -> dict:
-    """Run (or resume) every (mode, delay, seed) cell; write report.md, results.json, plots."""
-    nominal = get_scenario("nominal")
-    cells = [Cell(nominal, mode, delay, seed0 + i) for delay in delays for mode in modes for i in range(episodes)]
+        out_dir: Path, scenario: str = "nominal", use_ray: bool = False, ray_address: str | None = None,
+        progress: bool = True) -> dict:
+    """Run (or resume) every (mode, delay, seed) cell in `scenario` physics; write
+    report.md, results.json, plots."""
+    physics = get_scenario(scenario)
+    cells = [Cell(physics, mode, delay, seed0 + i) for delay in delays for mode in modes for i in range(episodes)]
     start = time.perf_counter()
     records = run_cells(run_cell, setup, cells, out_dir, use_ray=use_ray, ray_address=ray_address,
                         desc=f"latency {setup.task}", progress=progress)
     wall_s = time.perf_counter() - start
-    dt_s = make_env(setup, nominal).dt_s
+    dt_s = make_env(setup, physics).dt_s
     horizon = chunk_horizon(setup)
     s = min(setup.execute_horizon, horizon)
     rows = summarize(records, s, dt_s)
@@ -48,11 +50,11 @@ def run(setup: BenchSetup, *, delays: list[DelaySpec], modes: list[str], episode
     plots = plot_latency(rows, out_dir, setup.task)
     results = {
         "bench": "latency", "setup": asdict(setup), "policy": setup.checkpoint or "scripted expert",
-        "episodes": episodes, "seeds": [seed0, seed0 + episodes - 1], "modes": modes,
+        "scenario": scenario, "episodes": episodes, "seeds": [seed0, seed0 + episodes - 1], "modes": modes,
         "delays": [d.label for d in delays], "dt_s": dt_s, "horizon": horizon, "execute_horizon": s,
         "wall_s": wall_s, "rows": rows, "targets": targets, "episode_records": len(records),
     }
-    write_report(out_dir, f"Latency benchmark: {setup.task}", [
+    write_report(out_dir, f"Latency benchmark: {setup.task} ({scenario})", [
         Table("Per mode and delay", MAIN_COLUMNS, [row_cells(r) for r in rows]),
         Table("Smoothness detail", DETAIL_COLUMNS, [detail_cells(r) for r in rows]),
         Table(f"Targets at d = {TARGET_DELAY}", ("target", "value", "met"),

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=50,
                         help="policy, latency, sim2sim: episodes (seeds) per cell; buffer: episodes of 200 transitions "
                              "(default: 50)")
-    parser.add_argument("--scenario", default="nominal", help="policy: nominal or shifted physics (default: nominal)")
+    parser.add_argument("--scenario", default="nominal",
+                        help="policy, latency: nominal or shifted physics (default: nominal)")
     parser.add_argument("--execute-steps", type=int,
                         help="policy: rows executed per chunk (default: the checkpoint's); latency, sim2sim: s, rows "
                              "per chunk in sync mode and the time model (default: 15, 0.5 s at 30 Hz)")
@@ -162,7 +163,7 @@ def _bench_latency(args: argparse.Namespace) -> dict:
 
     delays = _delays(args.delays or latency.DELAYS) + ([latency.JITTER] if args.jitter else [])
     results = latency.run(_setup(args), delays=delays, modes=_modes(args, latency.MODES), episodes=args.episodes,
-                          seed0=_seed0(args), out_dir=args.out / "latency", use_ray=args.ray,
+                          seed0=_seed0(args), out_dir=args.out / "latency", scenario=args.scenario, use_ray=args.ray,
                           ray_address=args.ray_address)
     print(format_table(MAIN_COLUMNS, [row_cells(r) for r in results["rows"]]))
     for t in results["targets"]:

@@ -157,7 +157,7 @@ class PickPlaceExpert:
     def act(self, q_rad: np.ndarray) -> np.ndarray:
         if self.phase == "start":
             self.mover.reset(self._rng, q_rad)
-        if self.phase == "start" or (self.phase in HOLDING_PHASES and self._cube_lost(q_rad)):
+        if self.phase == "start" or (self.phase in HOLDING_PHASES and self._cube_lost()):
             self._cube, self._yaw = self.task.cube_pose(self.robot, self.task.target_color)
             self._next_phase("above_cube")
         jaw_axis = self.kin.forward(q_rad)[1][:, 0] * [1.0, 1.0, 0.0]
@@ -194,9 +194,12 @@ class PickPlaceExpert:
         return target
 
 
-    def _cube_lost(self, q_rad: np.ndarray) -> bool:
+    def _cube_lost(self) -> bool:
+        """Is the cube out of the jaws now? Read from the arm and cube as they are (not from
+        the state `act` was given: rolled out ahead in a chunk, the plan's lift would
+        leave the not yet lifted cube behind)."""
         cube, _ = self.task.cube_pose(self.robot, self.task.target_color)
-        return float(np.linalg.norm(self.kin.ee_position(q_rad) - cube)) > LOST_M
+        return float(np.linalg.norm(self.kin.ee_position(self.robot.q_true_rad) - cube)) > LOST_M
 
 
 class Settling:
