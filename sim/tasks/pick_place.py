@@ -193,7 +193,6 @@ class PickPlaceExpert:
             self._next_phase(next_phase)
         return target
 
-
     def _cube_lost(self) -> bool:
         """Is the cube out of the jaws now? Read from the arm and cube as they are (not from
         the state `act` was given: rolled out ahead in a chunk, the plan's lift would
