@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from robotrl.inference.chunking import DelayEstimator
 from robotrl.inference.executor import Executor, TickRecord
 from robotrl.inference.stepped import EnvRobot
@@ -38,7 +40,8 @@ class ActorEpisode:
 
 def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *, horizon: int,
                       threshold: float = 0.5, delay: DelayEstimator | None = None,
-                      lost_errors: tuple[type[BaseException], ...] = (), max_ticks: int | None = None) -> ActorEpisode:
+                      lost_errors: tuple[type[BaseException], ...] = (), max_ticks: int | None = None,
+                      lag_deadband_rad: np.ndarray | float | None = None) -> ActorEpisode:
     """Reset `env` with `seed` and run one episode until it is done.
 
     Args:
@@ -49,7 +52,7 @@ def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *
             `begin_episode(seed)` / `end_episode(success)` methods they are called too.
         mode: executor mode (`robotrl.inference.executor.MODES`).
         horizon: H rows per chunk of the policy behind `source`.
-        threshold, delay, lost_errors: as for `Executor`.
+        threshold, delay, lost_errors, lag_deadband_rad: as for `Executor`.
         max_ticks: end the episode after this many ticks (a real arm never ends by itself).
 
     The episode also ends when the hook sets `outcome` (a human pressed success or
@@ -65,7 +68,7 @@ def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *
     executor = Executor(robot, source, horizon, mode, threshold=threshold, delay=delay,
                         instruction=env.instruction, lost_errors=lost_errors,
                         env_state=(lambda: env.task.env_state(env.sim)) if hasattr(env, "task") else None,
-                        intervention=intervener)
+                        intervention=intervener, lag_deadband_rad=lag_deadband_rad)
     episode_return, success = 0.0, False
     while True:
         record = executor.tick()
@@ -97,7 +100,8 @@ def run_actor_episode(env, source, streamer, intervener, mode: str, seed: int, *
 
 def actor_episodes(env, client, server_info: dict, *, episodes: int, seed: int, mode: str, robot_id: str,
                    streamer=None, intervener=None, stepped_delay: int | None = None, log=None,
-                   wall_start_s: float | None = None, max_ticks: int | None = None) -> list[ActorEpisode]:
+                   wall_start_s: float | None = None, max_ticks: int | None = None,
+                   lag_deadband_rad: np.ndarray | float | None = None) -> list[ActorEpisode]:
     """Run `episodes` episodes (seeds `seed`, `seed + 1`, ...) of `env` against the policy
     server behind `client` (connected; `server_info` its hello reply).
 
@@ -109,6 +113,7 @@ def actor_episodes(env, client, server_info: dict, *, episodes: int, seed: int, 
             wall_s, robot_id, seed, ticks, success, intervention_ticks, intervention_rate,
             takeovers, episode_return, version_min, version_max).
         wall_start_s: `time.monotonic()` the log's wall_s counts from (default: now).
+        lag_deadband_rad: as for `Executor`.
     """
     from robotrl.inference.remote import RemoteChunkSource, SteppedRemoteSource, initial_delay_ticks
     from robotrl.wire.errors import WireError
@@ -122,7 +127,7 @@ def actor_episodes(env, client, server_info: dict, *, episodes: int, seed: int, 
     for i in range(episodes):
         ep = run_actor_episode(env, source, streamer, intervener, mode, seed + i, horizon=int(server_info["horizon"]),
                                delay=DelayEstimator(initial_ticks=first_delay), lost_errors=(WireError,),
-                               max_ticks=max_ticks)
+                               max_ticks=max_ticks, lag_deadband_rad=lag_deadband_rad)
         ep.trace = []  # long runs: keep the outcome, not every tick
         results.append(ep)
         if log is not None:

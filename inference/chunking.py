@@ -54,6 +54,42 @@ def forward_state(state_rad: np.ndarray, in_flight_rad: np.ndarray, delay_ticks:
     return state
 
 
+def carry_lag(forwarded_rad: np.ndarray, target_rad: np.ndarray, measured_rad: np.ndarray,
+              deadband_rad: np.ndarray | float) -> np.ndarray:
+    """The forwarded state moved by the part of the arm's tracking error beyond a deadband.
+
+    VLASH forwards the targets, as if the arm reached each one. A slow servo, a load or a
+    finger resting on an object leaves the arm e = measured - target away from them;
+    where |e| exceeds the deadband, the excess is added to the forwarded state, so the
+    policy sees where the arm is stuck rather than where it was told to go. Ordinary
+    tracking (|e| within the deadband) leaves the forwarded state as it is.
+
+    Args:
+        forwarded_rad: (J,) state forwarded to the chunk's first tick (`forward_state`).
+        target_rad: (J,) the target for the request tick (its in-flight row after the
+            step clamp; the last target sent when nothing is in flight).
+        measured_rad: (J,) joints measured at the request tick.
+        deadband_rad: (J,) or scalar, >= 0; np.inf leaves a joint's forward as it is.
+
+    Returns:
+        (J,) forwarded + e - clip(e, -deadband, deadband).
+    """
+    band = np.asarray(deadband_rad, dtype=np.float64)
+    if np.any(band < 0):
+        raise ValueError(f"deadband_rad must be >= 0, got {deadband_rad}")
+    error = np.asarray(measured_rad, dtype=np.float64) - np.asarray(target_rad, dtype=np.float64)
+    return np.asarray(forwarded_rad, dtype=np.float64) + error - np.clip(error, -band, band)
+
+
+def arm_deadband(num_joints: int, deadband_rad: float) -> np.ndarray:
+    """(J,) `carry_lag` deadband: `deadband_rad` for the arm joints, np.inf for the
+    gripper (the last joint; a grip closed on an object always lags its target)."""
+    if num_joints < 1 or deadband_rad < 0:
+        raise ValueError(f"need num_joints >= 1 and deadband_rad >= 0, got {num_joints}, {deadband_rad}")
+    band = np.full(num_joints, float(deadband_rad))
+    band[-1] = np.inf
+    return band
+
 def splice(queue: dict[int, np.ndarray], chunk: ActionChunk, now_tick: int, mode: str = "replace") -> int:
     """Put `chunk` into `queue` (absolute tick -> (J,) target) in place.
 

@@ -34,8 +34,10 @@ class DeployEpisode:
 
 
 def deploy_episode(session, client: ClientSocket, server_info: dict, *, seed: int, mode: str,
-                   max_ticks: int, robot_id: str = "robot0", status=None) -> DeployEpisode:
-    """Run one episode of `session` (a `TaskEnv` on a `WallClock` or a `RobotSession`)."""
+                   max_ticks: int, robot_id: str = "robot0", status=None,
+                   lag_deadband_rad: np.ndarray | float | None = None) -> DeployEpisode:
+    """Run one episode of `session` (a `TaskEnv` on a `WallClock` or a `RobotSession`);
+    `lag_deadband_rad` as for `Executor`."""
     obs = session.reset(seed)
     rate_hz = session.spec.control_rate_hz
     horizon = int(server_info["horizon"])
@@ -44,7 +46,7 @@ def deploy_episode(session, client: ClientSocket, server_info: dict, *, seed: in
     robot = EnvRobot(session)
     executor = Executor(robot, source, horizon, mode, instruction=obs.instruction, lost_errors=(WireError,),
                         delay=DelayEstimator(initial_ticks=initial_delay_ticks(server_info, rate_hz)),
-                        env_state=env_state)
+                        env_state=env_state, lag_deadband_rad=lag_deadband_rad)
     overruns_before = session.overruns
     clamps_before = session.robot.stats.step_clamps
     start = time.monotonic()

@@ -12,7 +12,8 @@ Modes (ALGORITHMS.md section 1):
 - "naive": lerobot async: request at the threshold with the measured state, the chunk is
   keyed from the observation tick, overlapping rows blend 0.3 old + 0.7 new.
 - "vlash": the state is forwarded over the in-flight queued rows to the tick the chunk
-  starts (t + d); the chunk replaces the queue from that tick.
+  starts (t + d); the chunk replaces the queue from that tick. With `lag_deadband_rad`,
+  the arm's tracking error beyond the deadband is carried into that state (`carry_lag`).
 - "vlash+rtc": as "vlash", and the queued rows for the new chunk's own ticks (t + d on,
   the plan it replaces) go along as `prefix_rad`: the policy is guided toward them (RTC).
 
@@ -33,7 +34,7 @@ from typing import Protocol
 import numpy as np
 
 from robotrl.clock import Rate
-from robotrl.inference.chunking import DelayEstimator, forward_state, should_request, splice
+from robotrl.inference.chunking import DelayEstimator, carry_lag, forward_state, should_request, splice
 from robotrl.policies.base import ActionChunk, ChunkPolicy, PolicyObservation
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,8 @@ class Executor:
         start_tick: absolute tick of the first `tick()`.
         intervention: optional hook `(tick, requested_rad (J,)) -> (J,) target | None`
             called every tick; a target replaces the policy's row (a human took over).
+        lag_deadband_rad: vlash modes: (J,) or scalar deadband of `carry_lag` (see
+            `arm_deadband`); None forwards the targets alone.
 
     Attributes:
         trace: one `TickRecord` per tick, for benchmarks.
@@ -162,7 +165,8 @@ class Executor:
                  delay: DelayEstimator | None = None, instruction: str = "",
                  lost_errors: tuple[type[BaseException], ...] = (),
                  env_state: Callable[[], np.ndarray] | None = None, start_tick: int = 0,
-                 intervention: Callable[[int, np.ndarray], np.ndarray | None] | None = None) -> None:
+                 intervention: Callable[[int, np.ndarray], np.ndarray | None] | None = None,
+                 lag_deadband_rad: np.ndarray | float | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"Executor mode must be one of {MODES}, got {mode!r}")
         s = horizon if execute_horizon is None else execute_horizon
@@ -176,6 +180,7 @@ class Executor:
         self.lost_errors = lost_errors
         self.env_state = env_state
         self.intervention = intervention
+        self.lag_deadband_rad = lag_deadband_rad
         self.intervening = False
         self.now_tick = start_tick
         self.max_step_rad = step_limit_rad(robot)
@@ -270,8 +275,11 @@ class Executor:
         if self.mode.startswith("vlash"):
             in_flight = np.array([self._queue[now + i] for i in range(min(d, self._remaining(now)))])
             start = self._hold_rad  # the last target sent: where the step clamp starts from
-            obs.state_rad = forward_state(start, in_flight.reshape(-1, len(start)), d,
-                                          max_step_rad=self.max_step_rad)
+            in_flight = in_flight.reshape(-1, len(start))
+            obs.state_rad = forward_state(start, in_flight, d, max_step_rad=self.max_step_rad)
+            if self.lag_deadband_rad is not None:
+                target = forward_state(start, in_flight, 1, max_step_rad=self.max_step_rad)  # this tick's
+                obs.state_rad = carry_lag(obs.state_rad, target, measured.q_rad, self.lag_deadband_rad)
             obs.delay_ticks = d
             if self.mode == "vlash+rtc":  # the current plan for the new chunk's own ticks
                 tail = [self._queue[t] for t in sorted(self._queue) if t >= now + d]

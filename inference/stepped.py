@@ -141,7 +141,8 @@ class SteppedEpisode:
 
 def run_stepped_episode(env, seed: int, mode: str, delay_ticks: int | Callable[[np.random.Generator], int],
                         horizon: int = 16, *, threshold: float = 0.5, execute_horizon: int | None = None,
-                        policy: ChunkPolicy | None = None, initial_delay_ticks: int | None = None) -> SteppedEpisode:
+                        policy: ChunkPolicy | None = None, initial_delay_ticks: int | None = None,
+                        lag_deadband_rad: np.ndarray | float | None = None) -> SteppedEpisode:
     """Reset `env` with `seed` and run a chunk policy through an executor in `mode` (one of
     `STEPPED_MODES`; "ensemble" is ACT temporal ensembling) until the episode ends.
 
@@ -152,6 +153,7 @@ def run_stepped_episode(env, seed: int, mode: str, delay_ticks: int | Callable[[
         policy: a `ChunkPolicy` to run instead (reset first; its own horizon counts).
         initial_delay_ticks: where the delay estimator starts; default the fixed delay
             (no warm-up guess). Required for a drawn delay.
+        lag_deadband_rad: as for `Executor`.
     """
     if mode not in STEPPED_MODES:
         raise ValueError(f"stepped mode must be one of {STEPPED_MODES}, got {mode!r}")
@@ -175,7 +177,7 @@ def run_stepped_episode(env, seed: int, mode: str, delay_ticks: int | Callable[[
     else:
         executor = Executor(robot, source, policy.metadata.horizon, mode, threshold=threshold,
                             execute_horizon=execute_horizon, delay=DelayEstimator(initial_ticks=initial_delay_ticks),
-                            instruction=env.instruction, env_state=env_state)
+                            instruction=env.instruction, env_state=env_state, lag_deadband_rad=lag_deadband_rad)
     while robot.last_step is None or not robot.last_step.done:
         executor.tick()
     return SteppedEpisode(seed, robot.last_step.success, env.tick, executor.pauses,

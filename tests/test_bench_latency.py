@@ -144,6 +144,10 @@ def test_cli_latency_smoke(tmp_path):
     assert json.loads((shifted / "latency" / "results.json").read_text())["scenario"] == "shifted"
     records = [json.loads(line) for line in (shifted / "latency" / CACHE_FILE).read_text().splitlines()]
     assert [r["scenario"] for r in records] == ["shifted"]  # the episode ran in shifted physics
+    banded = tmp_path / "banded"
+    assert main(["bench", "latency", "--episodes", "1", "--delays", "2", "--modes", "vlash", "--lag-deadband", "0.03",
+                 "--out", str(banded)]) == 0
+    assert json.loads((banded / "latency" / "results.json").read_text())["setup"]["lag_deadband_rad"] == 0.03
 
 
 def test_sim2sim_stepped_variants_and_report(tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robotrl.inference.chunking import (DelayEstimator, boundary_discontinuity_ratio,
-                                        boundary_jerk_ratio, forward_state, prefix_consistency,
+from robotrl.inference.chunking import (DelayEstimator, arm_deadband, boundary_discontinuity_ratio,
+                                        boundary_jerk_ratio, carry_lag, forward_state, prefix_consistency,
                                         rtc_weights, should_request, splice)
 from robotrl.policies.base import ActionChunk
 
@@ -54,6 +54,25 @@ def test_forward_state_rejects_bad_arguments():
         forward_state(np.zeros(2), IN_FLIGHT, 1, mode="ee")
     with pytest.raises(ValueError, match="delay_ticks"):
         forward_state(np.zeros(2), IN_FLIGHT, -1)
+
+
+# -- carry_lag --------------------------------------------------------------------------
+def test_carry_lag_adds_the_tracking_error_beyond_the_deadband():
+    forwarded, target = np.array([0.5, 0.5, 0.5]), np.array([0.2, 0.2, 0.2])
+    measured = np.array([0.22, 0.1, 0.4])  # errors +0.02, -0.1, +0.2
+    out = carry_lag(forwarded, target, measured, np.array([0.03, 0.03, np.inf]))
+    # +0.02 is within 0.03: 0.5; -0.1 exceeds it by -0.07: 0.43; an infinite band: 0.5
+    np.testing.assert_allclose(out, [0.5, 0.43, 0.5])
+    # no deadband: the forward starts from the measured arm, s = f + (q - target)
+    np.testing.assert_allclose(carry_lag(forwarded, target, measured, 0.0), [0.52, 0.4, 0.7])
+
+
+def test_arm_deadband_leaves_the_gripper_out_and_bands_are_not_negative():
+    np.testing.assert_array_equal(arm_deadband(3, 0.05), [0.05, 0.05, np.inf])
+    with pytest.raises(ValueError, match="deadband"):
+        arm_deadband(3, -0.1)
+    with pytest.raises(ValueError, match="deadband"):
+        carry_lag(np.zeros(2), np.zeros(2), np.zeros(2), -1.0)
 
 
 # -- splice -----------------------------------------------------------------------------

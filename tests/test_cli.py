@@ -55,12 +55,31 @@ def test_sim_writes_video_and_png(tmp_path):
     (["deploy", "--policy", "/nonexistent/ckpt"], "does not exist"),
     (["deploy", "--robot", "so101", "--server", "tcp://127.0.0.1:1"], "needs --port"),
     (["deploy", "--mode", "telepathic", "--server", "tcp://127.0.0.1:1"], "unknown mode"),
+    (["deploy", "--mode", "sync", "--lag-deadband", "0.03", "--server", "tcp://127.0.0.1:1"],
+     "--lag-deadband needs a vlash mode"),
+    (["bench", "latency", "--lag-deadband", "-0.1"], "--lag-deadband must be >= 0"),
     (["record", "--robot", "so101", "--root", "/tmp/never-created-robotrl"], "needs --port"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_learning_actors_run_with_the_deploy_lag_deadband(tmp_path):
+    import argparse
+
+    from robotrl.commands import deploy
+    from robotrl.learn import launch
+
+    parser = argparse.ArgumentParser()
+    deploy.add_arguments(parser)
+    args = parser.parse_args(["--learn", "--policy", "ckpt", "--lag-deadband", "0.03", "--intervene", "scripted"])
+    cmd = launch.actor_command(args, 1, "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5560", tmp_path, 10)
+    actor = parser.parse_args(cmd[cmd.index("deploy") + 1:])
+    assert actor.lag_deadband == 0.03 and actor.seed == 100_000
+    args = parser.parse_args(["--learn", "--policy", "ckpt", "--intervene", "scripted"])
+    assert "--lag-deadband" not in launch.actor_command(args, 1, "tcp://a:1", "tcp://a:2", tmp_path, 10)
 
 
 def test_deploy_to_a_missing_server_times_out_clearly(capsys):

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from robotrl.inference.chunking import DelayEstimator, boundary_discontinuity_ratio
+from robotrl.hardware.robot import RobotState
+from robotrl.inference.chunking import DelayEstimator, arm_deadband, boundary_discontinuity_ratio
 from robotrl.inference.executor import Executor, LocalChunkSource, step_limit_rad
 from robotrl.inference.stepped import EnvRobot, ExpertChunkPolicy, run_stepped_episode
 from robotrl.policies.base import ActionChunk, PolicyObservation
@@ -122,6 +123,53 @@ def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
         np.testing.assert_allclose(obs.prefix_rad, rows)
         # s_hat = a_(t+d-1): the previous plan's row just before the new chunk
         np.testing.assert_allclose(obs.state_rad, previous.actions_rad[start - 1 - previous.start_tick])
+
+
+class BlockedArm:
+    """A robot whose joints stay at `q_rad` whatever it is told (an arm resting on an obstacle)."""
+
+    def __init__(self, spec, q_rad: np.ndarray) -> None:
+        self.spec, self.q_rad = spec, np.array(q_rad, dtype=np.float64)
+
+    def read(self) -> RobotState:
+        return RobotState(q_rad=self.q_rad.copy(), timestamp_s=0.0)
+
+    def command(self, q_rad: np.ndarray) -> np.ndarray:
+        return np.asarray(q_rad, dtype=np.float64)
+
+
+class Ramp:
+    """Chunks moving every joint 0.01 rad per row on from the observed state."""
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        rows = obs.state_rad + 0.01 * np.arange(1, H + 1)[:, None]
+        return ActionChunk(rows, obs.tick + obs.delay_ticks)
+
+
+@pytest.mark.parametrize("band", [None, 0.03])
+def test_vlash_carries_the_lag_of_a_blocked_arm_beyond_the_deadband(env, band):
+    seen: list[PolicyObservation] = []
+
+    class Recording(Ramp):
+        def predict_chunk(self, obs):
+            seen.append(obs)
+            return super().predict_chunk(obs)
+
+    q = env.spec.lower_rad + 0.5
+    deadband = None if band is None else arm_deadband(env.spec.num_joints, band)
+    executor = Executor(BlockedArm(env.spec, q), LocalChunkSource(Recording(), delay_ticks=1), H, "vlash",
+                        delay=DelayEstimator(initial_ticks=1), lag_deadband_rad=deadband)
+    executor.run(3 * H)
+    assert len(seen) >= 4
+    np.testing.assert_allclose(seen[0].state_rad, q)  # nothing queued yet: the measured arm
+    for obs in seen[1:]:
+        forwarded = executor.trace[obs.tick].requested_rad  # d = 1: the row of the request tick
+        assert np.all(forwarded - q > 0.05)  # the targets ran ahead of the arm
+        if band is None:
+            np.testing.assert_allclose(obs.state_rad, forwarded)
+        else:  # arm joints within the band of where the arm is stuck, the gripper as forwarded
+            np.testing.assert_allclose(obs.state_rad[:-1], q[:-1] + band)
+            np.testing.assert_allclose(obs.state_rad[-1], forwarded[-1])
 
 
 class SourceDown(ConnectionError):

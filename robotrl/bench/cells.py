@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from robotrl.bench.metrics import reaction_ticks, staleness_histogram
-from robotrl.inference.chunking import boundary_discontinuity_ratio, boundary_jerk_ratio, prefix_consistency
+from robotrl.inference.chunking import (arm_deadband, boundary_discontinuity_ratio, boundary_jerk_ratio,
+                                        prefix_consistency)
 from robotrl.inference.stepped import STEPPED_MODES, SteppedEpisode, run_stepped_episode
 from robotrl.sim.scenario import Scenario
 
@@ -70,6 +71,12 @@ class BenchSetup:
     """Async modes request when queued rows / H <= threshold; 1 re-plans as soon as a reply is in."""
     reaction_speed_m_s: float = 0.1
     """Speed toward the jumped reach target that counts as reacting."""
+    lag_deadband_rad: float | None = None
+    """vlash modes: the arm joints' `carry_lag` deadband (rad); None forwards the targets alone."""
+
+    def deadband(self, num_joints: int) -> np.ndarray | None:
+        """(J,) executor deadband of `lag_deadband_rad` (`arm_deadband`), or None."""
+        return None if self.lag_deadband_rad is None else arm_deadband(num_joints, self.lag_deadband_rad)
 
     def fingerprint(self) -> str:
         """Hash of the fields and of the checkpoint files' modification times (a checkpoint
@@ -147,7 +154,7 @@ def run_cell(setup: BenchSetup, cell: Cell) -> dict:
     episode = run_stepped_episode(
         env, cell.seed, cell.mode, delay.low if delay.fixed else delay.draw, setup.horizon,
         threshold=setup.threshold, execute_horizon=min(setup.execute_horizon, horizon), policy=policy,
-        initial_delay_ticks=delay.high)
+        initial_delay_ticks=delay.high, lag_deadband_rad=setup.deadband(env.spec.num_joints))
     return episode_record(setup, cell, episode, env)
 
 

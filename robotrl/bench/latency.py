@@ -105,7 +105,8 @@ def check_targets(rows: list[dict], task: str, delay: str = TARGET_DELAY) -> lis
 def notes(setup: BenchSetup, s: int, horizon: int, dt_s: float, episodes: int, wall_s: float) -> list[str]:
     out = [
         f"Policy: {setup.checkpoint or 'the task scripted expert as a chunk policy (privileged state, no camera)'}; "
-        f"H = {horizon}, s = {s} ({s * dt_s:.2f} s), async threshold {setup.threshold}; "
+        f"H = {horizon}, s = {s} ({s * dt_s:.2f} s), async threshold {setup.threshold}"
+        f"{'' if setup.lag_deadband_rad is None else f', lag deadband {setup.lag_deadband_rad} rad'}; "
         f"{episodes} seeds per cell, the same for every mode; {wall_s:.0f} s wall time for this invocation "
         "(cells an earlier run cached are read back, not re-run).",
         "Stepped mode: simulated clock, delay injected as d ticks (d ~ U{a..b} drawn per request when jittered); "

@@ -100,7 +100,8 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
             with ClientSocket(server.endpoint, robot_id="bench") as client:
                 info = client.connect(timeout_s=10.0)
                 policy.reset()
-                ep = deploy_episode(session, client, info, seed=cell.seed, mode=cell.mode, max_ticks=cell.max_ticks)
+                ep = deploy_episode(session, client, info, seed=cell.seed, mode=cell.mode, max_ticks=cell.max_ticks,
+                                    lag_deadband_rad=setup.deadband(env.spec.num_joints))
     finally:
         env.close()
     delays = np.asarray(ep.delays_ticks, dtype=np.float64)

@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, default=1.0,
                         help="latency, sim2sim: async modes request at queued/H <= threshold (default: 1, re-plan "
                              "as soon as the previous chunk is in)")
+    parser.add_argument("--lag-deadband", type=float, metavar="RAD",
+                        help="latency, sim2sim: vlash modes carry the arm joints' tracking error beyond this "
+                             "deadband (rad) into the forwarded state (default: off)")
     parser.add_argument("--seed0", type=int,
                         help="latency, sim2sim: first seed (default: 100000, never a training seed)")
     parser.add_argument("--control-jitter", type=float, default=0.5,
@@ -203,10 +206,13 @@ def _setup(args: argparse.Namespace):
         raise UserError("--episodes, --horizon and --execute-steps must be at least 1")
     if not 0 <= args.threshold <= 1:
         raise UserError("--threshold must be in [0, 1]")
+    if args.lag_deadband is not None and args.lag_deadband < 0:
+        raise UserError("--lag-deadband must be >= 0 rad")
     if args.policy is not None and not args.policy.exists():
         raise UserError(f"policy checkpoint {args.policy} does not exist")
     return BenchSetup(task=args.task, checkpoint=None if args.policy is None else str(args.policy.resolve()),
-                      horizon=args.horizon, execute_horizon=args.execute_steps or 15, threshold=args.threshold)
+                      horizon=args.horizon, execute_horizon=args.execute_steps or 15, threshold=args.threshold,
+                      lag_deadband_rad=args.lag_deadband)
 
 
 def _delays(text: str) -> list:

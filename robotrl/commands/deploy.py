@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", help="endpoint of a running `robotrl serve`, e.g. tcp://gpu-box:5555; "
                                          "without it a local server process is started on loopback")
     parser.add_argument("--mode", default="vlash", help=f"execution mode: {', '.join(MODES)} (default: vlash)")
+    parser.add_argument("--lag-deadband", type=float, metavar="RAD",
+                        help="vlash modes: carry the arm joints' tracking error beyond this deadband (rad) into the "
+                             "forwarded state, so the policy sees an arm that lags or is blocked (default: off)")
     parser.add_argument("--episodes", type=int, default=3, help="episodes to run (default: 3)")
     parser.add_argument("--seed", type=int, default=0, help="sim: seed of the first episode")
     parser.add_argument("--scenario", default="shifted", help="sim: nominal or shifted physics (default: shifted)")
@@ -81,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mode not in MODES:
         raise UserError(f"unknown mode {args.mode!r}; choose from {', '.join(MODES)}")
+    if args.lag_deadband is not None and (args.lag_deadband < 0 or not args.mode.startswith("vlash")):
+        raise UserError("--lag-deadband needs a vlash mode and a deadband >= 0 rad")
     if args.intervene is None:
         args.intervene = "scripted" if args.robot == "sim" and (args.learn or args.transitions) else "none"
     if args.robot != "sim" and (args.intervene == "scripted" or args.stepped_delay is not None or args.actors != 1):
@@ -112,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"episode {i + 1}/{args.episodes}: {args.mode} on {endpoint}")
                 ep = deploy_episode(session, client, info, seed=args.seed + i, mode=args.mode,
                                     max_ticks=int(args.max_seconds * session.spec.control_rate_hz),
-                                    status=print_status)
+                                    status=print_status, lag_deadband_rad=_deadband(args, session))
                 print()
                 episodes.append(ep)
                 rows.append((ep.seed, "yes" if ep.success else "no", ep.ticks, ep.missed_ticks, ep.pauses,
@@ -129,6 +134,13 @@ def run(args: argparse.Namespace) -> int:
     if delays:
         print(f"inference delay (ticks): p50 {delays['p50']:g}  p95 {delays['p95']:g}  max {delays['max']:g}")
     return 0
+
+
+def _deadband(args, session):
+    """(J,) `--lag-deadband` for the arm joints of `session`, or None."""
+    from robotrl.inference.chunking import arm_deadband
+
+    return None if args.lag_deadband is None else arm_deadband(session.spec.num_joints, args.lag_deadband)
 
 
 def _run_actor(args, session, client, info: dict, wall_start_s: float | None = None) -> list:
@@ -166,7 +178,8 @@ def _run_actor(args, session, client, info: dict, wall_start_s: float | None = N
         return actor_episodes(session, client, info, episodes=args.episodes, seed=args.seed, mode=args.mode,
                               robot_id=robot_id, streamer=streamer, intervener=intervener,
                               stepped_delay=args.stepped_delay, log=log, wall_start_s=wall_start_s,
-                              max_ticks=int(args.max_seconds * session.spec.control_rate_hz))
+                              max_ticks=int(args.max_seconds * session.spec.control_rate_hz),
+                              lag_deadband_rad=_deadband(args, session))
     finally:
         if device is not None:
             device.disconnect()

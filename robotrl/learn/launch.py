@@ -78,6 +78,8 @@ def actor_command(args, k: int, server: str, transitions: str, out: Path, episod
                "--takeover-m", str(args.takeover_m), "--takeover-gripper-rad", str(args.takeover_gripper_rad))
     if args.stepped_delay is not None:
         cmd += ["--stepped-delay", str(args.stepped_delay)]
+    if args.lag_deadband is not None:
+        cmd += ["--lag-deadband", str(args.lag_deadband)]
     return cmd
 
 
