@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from robotrl.learn.metrics import (CsvLog, plot_learning_curves, plot_update_curves, read_csv, rolling_mean,
@@ -419,6 +420,11 @@ def test_cli_learn_sac_updates_checkpoints_and_resumes(tmp_path, capsys):
             "--set", "latent_dim=16", "--no-fsync"]
     assert main([*args, "--max-updates", "3"]) == 0
     assert "3 updates, weights version 1" in capsys.readouterr().out
+    start = [*args[:args.index("--out") + 1], str(tmp_path / "start"), *args[args.index("--out") + 2:]]
+    assert main([*start, "--max-updates", "0"]) == 0  # the same seed: the weights the run started from
+    served = {name: load_file(tmp_path / name / "served" / "model.safetensors") for name in ("run", "start")}
+    assert served["run"].keys() == served["start"].keys()
+    assert any(not torch.equal(served["run"][k], served["start"][k]) for k in served["run"])  # the final weights
     assert load_checkpoint(tmp_path / "run" / "checkpoint")[1]["updates"] == 3
     assert main([*args, "--max-updates", "4"]) == 2  # the run exists: --resume or another --out
     assert "--resume" in capsys.readouterr().err

@@ -17,7 +17,8 @@ from robotrl.errors import UserError
 
 ALGORITHMS = ("sac", "hil-flow", "dsrl")
 SERVED = "served"
-"""Folder in --out with a checkpoint of the served policy as of the (resumed) start."""
+"""Folder in --out with a checkpoint of the served policy: as of the (resumed) start while
+the learner runs, its final weights once it stops."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override one field of the preset (JSON value, e.g. --set batch_size=128); repeatable")
     parser.add_argument("--buffer", type=Path, required=True, help="online buffer folder (episode log), created if new")
     parser.add_argument("--out", type=Path, required=True,
-                        help="run folder: checkpoint/, served/ (a checkpoint `robotrl serve` loads), spec.json, "
-                             "updates.csv, episodes.csv, curves.png")
+                        help="run folder: checkpoint/, served/ (a checkpoint `robotrl serve` loads: the final "
+                             "weights once the learner stops), spec.json, updates.csv, episodes.csv, curves.png")
     parser.add_argument("--policy", type=Path, help="flow policy checkpoint (hil-flow, dsrl); also gives the spec")
     parser.add_argument("--demo-dataset", type=Path, action="append", default=[],
                         help="LeRobotDataset folder loaded as demo transitions (repeatable)")
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
               f"(latest: {publisher.latest_endpoint})")
         with _stop_on_signals(learner):
             learner.run()
+        algorithm.served_policy().save(args.out / SERVED)  # the final weights, for `serve` / `deploy`
         print(f"{learner.updates} updates, weights version {learner.version}, {learner.episodes} episodes, "
               f"{learner.rejected} batches rejected; checkpoint {learner.checkpoint_path}, curves {args.out}")
     finally:
