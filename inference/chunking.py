@@ -90,6 +90,7 @@ def arm_deadband(num_joints: int, deadband_rad: float) -> np.ndarray:
     band[-1] = np.inf
     return band
 
+
 def splice(queue: dict[int, np.ndarray], chunk: ActionChunk, now_tick: int, mode: str = "replace") -> int:
     """Put `chunk` into `queue` (absolute tick -> (J,) target) in place.
 

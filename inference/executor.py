@@ -273,8 +273,8 @@ class Executor:
                                 instruction=self.instruction, images=dict(measured.images),
                                 env_state=self.env_state() if self.env_state is not None else None)
         if self.mode.startswith("vlash"):
-            in_flight = np.array([self._queue[now + i] for i in range(min(d, self._remaining(now)))])
             start = self._hold_rad  # the last target sent: where the step clamp starts from
+            in_flight = np.array([self._queue[now + i] for i in range(min(d, self._remaining(now)))])
             in_flight = in_flight.reshape(-1, len(start))
             obs.state_rad = forward_state(start, in_flight, d, max_step_rad=self.max_step_rad)
             if self.lag_deadband_rad is not None:
