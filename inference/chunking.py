@@ -81,9 +81,12 @@ def carry_lag(forwarded_rad: np.ndarray, target_rad: np.ndarray, measured_rad: n
     return np.asarray(forwarded_rad, dtype=np.float64) + error - np.clip(error, -band, band)
 
 
-def arm_deadband(num_joints: int, deadband_rad: float) -> np.ndarray:
+def arm_deadband(num_joints: int, deadband_rad: float | None) -> np.ndarray | None:
     """(J,) `carry_lag` deadband: `deadband_rad` for the arm joints, np.inf for the
-    gripper (the last joint; a grip closed on an object always lags its target)."""
+    gripper (the last joint; a grip closed on an object always lags its target); None
+    (no deadband: forward the targets alone) for None."""
+    if deadband_rad is None:
+        return None
     if num_joints < 1 or deadband_rad < 0:
         raise ValueError(f"need num_joints >= 1 and deadband_rad >= 0, got {num_joints}, {deadband_rad}")
     band = np.full(num_joints, float(deadband_rad))

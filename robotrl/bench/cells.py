@@ -74,10 +74,6 @@ class BenchSetup:
     lag_deadband_rad: float | None = None
     """vlash modes: the arm joints' `carry_lag` deadband (rad); None forwards the targets alone."""
 
-    def deadband(self, num_joints: int) -> np.ndarray | None:
-        """(J,) executor deadband of `lag_deadband_rad` (`arm_deadband`), or None."""
-        return None if self.lag_deadband_rad is None else arm_deadband(num_joints, self.lag_deadband_rad)
-
     def fingerprint(self) -> str:
         """Hash of the fields and of the checkpoint files' modification times (a checkpoint
         trained again in the same folder invalidates cached episodes)."""
@@ -154,7 +150,7 @@ def run_cell(setup: BenchSetup, cell: Cell) -> dict:
     episode = run_stepped_episode(
         env, cell.seed, cell.mode, delay.low if delay.fixed else delay.draw, setup.horizon,
         threshold=setup.threshold, execute_horizon=min(setup.execute_horizon, horizon), policy=policy,
-        initial_delay_ticks=delay.high, lag_deadband_rad=setup.deadband(env.spec.num_joints))
+        initial_delay_ticks=delay.high, lag_deadband_rad=arm_deadband(env.spec.num_joints, setup.lag_deadband_rad))
     return episode_record(setup, cell, episode, env)
 
 

@@ -82,6 +82,7 @@ class DelayedPolicy:
 def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
     """One wall-clock episode; its JSON-ready record."""
     from robotrl.clock import WallClock
+    from robotrl.inference.chunking import arm_deadband
     from robotrl.inference.deploy import deploy_episode
     from robotrl.inference.server import PolicyServer, ServerConfig
     from robotrl.inference.stepped import ExpertChunkPolicy
@@ -101,7 +102,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
                 info = client.connect(timeout_s=10.0)
                 policy.reset()
                 ep = deploy_episode(session, client, info, seed=cell.seed, mode=cell.mode, max_ticks=cell.max_ticks,
-                                    lag_deadband_rad=setup.deadband(env.spec.num_joints))
+                                    lag_deadband_rad=arm_deadband(env.spec.num_joints, setup.lag_deadband_rad))
     finally:
         env.close()
     delays = np.asarray(ep.delays_ticks, dtype=np.float64)

@@ -78,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from robotrl.inference.chunking import arm_deadband
     from robotrl.inference.deploy import delay_summary, deploy_episode, print_status
     from robotrl.report.table import format_table
     from robotrl.wire.client import ClientSocket
@@ -113,11 +114,12 @@ def run(args: argparse.Namespace) -> int:
             return 0
         rows, episodes = [], []
         try:
+            deadband = arm_deadband(session.spec.num_joints, args.lag_deadband)
             for i in range(args.episodes):
                 print(f"episode {i + 1}/{args.episodes}: {args.mode} on {endpoint}")
                 ep = deploy_episode(session, client, info, seed=args.seed + i, mode=args.mode,
                                     max_ticks=int(args.max_seconds * session.spec.control_rate_hz),
-                                    status=print_status, lag_deadband_rad=_deadband(args, session))
+                                    status=print_status, lag_deadband_rad=deadband)
                 print()
                 episodes.append(ep)
                 rows.append((ep.seed, "yes" if ep.success else "no", ep.ticks, ep.missed_ticks, ep.pauses,
@@ -136,17 +138,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deadband(args, session):
-    """(J,) `--lag-deadband` for the arm joints of `session`, or None."""
-    from robotrl.inference.chunking import arm_deadband
-
-    return None if args.lag_deadband is None else arm_deadband(session.spec.num_joints, args.lag_deadband)
-
-
 def _run_actor(args, session, client, info: dict, wall_start_s: float | None = None) -> list:
     """Episodes with transitions streamed to a learner and/or the scripted intervener."""
     from robotrl.buffer.spec import TransitionSpec
     from robotrl.inference.actor import actor_episodes
+    from robotrl.inference.chunking import arm_deadband
     from robotrl.inference.transitions import TransitionStreamer
     from robotrl.learn.metrics import CsvLog
 
@@ -179,7 +175,7 @@ def _run_actor(args, session, client, info: dict, wall_start_s: float | None = N
                               robot_id=robot_id, streamer=streamer, intervener=intervener,
                               stepped_delay=args.stepped_delay, log=log, wall_start_s=wall_start_s,
                               max_ticks=int(args.max_seconds * session.spec.control_rate_hz),
-                              lag_deadband_rad=_deadband(args, session))
+                              lag_deadband_rad=arm_deadband(session.spec.num_joints, args.lag_deadband))
     finally:
         if device is not None:
             device.disconnect()
