@@ -55,9 +55,11 @@ def test_two_actors_server_learner_killed_and_resumed(tmp_path):
 
     proc = _deploy(out, policy, episodes=50, resume=False)
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:  # both actors committed, a checkpoint exists
-        done = [len(read_csv(out / f"actor{k}.csv")) if (out / f"actor{k}.csv").exists() else 0 for k in (0, 1)]
-        if min(done) >= 2 and (out / "learner" / "checkpoint" / "meta.json").exists():
+    logged = out / "learner" / "episodes.csv"  # the learner writes a row once the episode is committed
+    while time.monotonic() < deadline and proc.poll() is None:  # 2 episodes of each actor committed, a checkpoint
+        robots = [r["robot_id"] for r in read_csv(logged)] if logged.exists() else []
+        checkpoint = (out / "learner" / "checkpoint" / "meta.json").exists()
+        if checkpoint and min(robots.count(f"sim-actor{k}") for k in (0, 1)) >= 2:
             break
         time.sleep(0.5)
     assert proc.poll() is None, proc.stdout.read()
