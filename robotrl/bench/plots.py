@@ -60,7 +60,8 @@ def _lines(rows: list[dict], key: str, ylabel: str, title: str, errors: tuple[st
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # every mode may be skipped (e.g. the speedup plot of a sync-only run)
+        ax.legend(fontsize=8)
     return fig, ax
 
 
