@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pinocchio as pin
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.hardware.models import ArmModel, urdf_path
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def get_arm(name: str) -> ArmModel:
 def package_share() -> Path:
     """`.../cmeel.prefix/share`, the folder that resolves `package://example-robot-data/`."""
     dist = importlib.metadata.distribution("example-robot-data")
-    share = Path(dist.locate_file("cmeel.prefix/share"))
+    share = Path(str(dist.locate_file("cmeel.prefix/share")))
     if not (share / "example-robot-data").is_dir():
         raise ConfigError(f"example-robot-data is installed but {share} has no robots; reinstall it")
     return share

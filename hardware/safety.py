@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from robotrl.clock import Clock, WallClock
-from robotrl.hardware.errors import ConfigError, SafetyTrip
-from robotrl.hardware.robot import Robot, RobotSpec, RobotState
+from robotrl.core.clock import Clock, WallClock
+from robotrl.core.errors import ConfigError, SafetyTrip
+from robotrl.core.robot import Robot, RobotSpec, RobotState
 
 if TYPE_CHECKING:
     from robotrl.hardware.kinematics import Kinematics
@@ -199,6 +199,8 @@ class SafeRobot:
             if self._last_target is None:
                 self.resync()
             previous = self._last_target
+            if previous is None:  # resync() always sets it
+                raise RuntimeError("resync() left no last target")
             target = np.array(target_rad, dtype=np.float64)
             spec = self.spec
             if target.shape != (spec.num_joints,):

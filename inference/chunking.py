@@ -1,8 +1,8 @@
-"""Chunk maths of asynchronous chunked inference (docs ALGORITHMS.md section 1).
+"""Chunk maths of asynchronous chunked inference (docs/algorithms.md section 1).
 
 Pure functions on numpy arrays: state forwarding (VLASH), splicing chunks into an action
 queue keyed by absolute control tick, the request rule, the delay estimate, the RTC
-guidance weights and the smoothness metrics of METRICS.md. Robot side: no torch, no
+guidance weights and the smoothness metrics of docs/benchmarks.md. Robot side: no torch, no
 mujoco. Angles are radians, times are control ticks.
 """
 
@@ -13,7 +13,7 @@ from collections import deque
 import numpy as np
 
 from robotrl.hardware.safety import clamp_step
-from robotrl.policies.base import ActionChunk
+from robotrl.core.policy import ActionChunk
 
 BLEND_OLD = 0.3
 """Weight of the queued row where naive splicing blends overlapping rows (lerobot)."""

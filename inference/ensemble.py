@@ -1,4 +1,4 @@
-"""ACT temporal ensembling: a benchmark baseline executor (ALGORITHMS.md section 1).
+"""ACT temporal ensembling: a benchmark baseline executor (docs/algorithms.md section 1).
 
 Every control tick it asks for a chunk conditioned on the measured state; a chunk
 predicts the ticks from its observation tick on (rows whose ticks passed while it was
@@ -10,12 +10,12 @@ Robot side: no torch, no mujoco. Angles are radians, times are control ticks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from robotrl.core.policy import PolicyObservation
+from robotrl.core.robot import RobotState
+from robotrl.hardware.safety import SafeRobot
 from robotrl.inference.executor import ChunkSource, ReceivedChunk, TickRecord
-from robotrl.policies.base import PolicyObservation
 
 ACT_DECAY = 0.01
 """ACT's m in w_i = exp(-m i)."""
@@ -33,12 +33,9 @@ class EnsembleExecutor:
     """Drives `robot` with ACT temporal ensembling of the chunks of `source`.
 
     Args:
-        robot: `SafeRobot`-like: `spec`, `read() -> RobotState`, `command(q) -> sent`.
+        robot: the `SafeRobot` every target goes through.
         source: the `ChunkSource`; it must accept a request every tick (several in flight).
         decay: m in w_i = exp(-m i).
-        instruction: sent with every observation.
-        env_state: optional callable returning privileged features for the observation.
-        start_tick: absolute tick of the first `tick()`.
 
     Attributes:
         trace: one `TickRecord` per tick. `chunk_id` is the newest contributing chunk
@@ -47,12 +44,17 @@ class EnsembleExecutor:
         received: every chunk taken in.
     """
 
-    def __init__(self, robot, source: ChunkSource, *, decay: float = ACT_DECAY, instruction: str = "",
-                 env_state: Callable[[], np.ndarray] | None = None, start_tick: int = 0) -> None:
+    intervener = None
+    """Never intervened (a benchmark baseline)."""
+
+    def __init__(self, robot: SafeRobot, source: ChunkSource, *, decay: float = ACT_DECAY) -> None:
         ensemble_weights(1, decay)  # validates decay
         self.robot, self.source, self.decay = robot, source, decay
+        self.begin_episode("")
+
+    def begin_episode(self, instruction: str, start_tick: int = 0) -> None:
+        """Forget the last episode; the first `tick()` is `start_tick`."""
         self.instruction = instruction
-        self.env_state = env_state
         self.now_tick = start_tick
         self.trace: list[TickRecord] = []
         self.received: list[ReceivedChunk] = []
@@ -64,15 +66,15 @@ class EnsembleExecutor:
         """Ticks so far at which the robot held for lack of a prediction."""
         return sum(r.paused for r in self.trace)
 
-    def tick(self) -> TickRecord:
-        """One control tick: request, take in arrived chunks, command the ensembled target."""
+    def tick(self, measured: RobotState, env_state: np.ndarray | None = None) -> TickRecord:
+        """One control tick from this tick's reading: request, take in arrived chunks,
+        command the ensembled target."""
         now = self.now_tick
-        measured = self.robot.read()
         if self._hold_rad is None:
             self._hold_rad = np.array(measured.q_rad, dtype=np.float64)
         self.source.request(PolicyObservation(
             state_rad=np.array(measured.q_rad, dtype=np.float64), tick=now, instruction=self.instruction,
-            images=dict(measured.images), env_state=self.env_state() if self.env_state is not None else None))
+            images=dict(measured.images), env_state=env_state))
         while (chunk := self.source.poll(now)) is not None:
             self._accept(chunk, now)
         predictions = self._predictions.pop(now, [])

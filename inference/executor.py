@@ -6,7 +6,7 @@ next chunk when the queue runs low, and sends the queued target for this tick th
 (the measured position before the first command).
 Robot side: no torch, no mujoco. Angles are radians, times are control ticks.
 
-Modes (ALGORITHMS.md section 1):
+Modes (docs/algorithms.md section 1):
 - "sync": execute s rows, hold while the next chunk is computed (the waiting ticks are
   pauses), start it where the robot stopped.
 - "naive": lerobot async: request at the threshold with the measured state, the chunk is
@@ -16,30 +16,71 @@ Modes (ALGORITHMS.md section 1):
   the arm's tracking error beyond the deadband is carried into that state (`carry_lag`).
 - "vlash+rtc": as "vlash", and the queued rows for the new chunk's own ticks (t + d on,
   the plan it replaces) go along as `prefix_rad`: the policy is guided toward them (RTC).
+- "sync+rtc": as "sync", and the rows of the last chunk that were not executed go along
+  as `prefix_rad` (delay 0), so an RTC-capable policy continues its plan smoothly.
 
-Intervention (ALGORITHMS.md section 4): an optional `intervention(tick, requested_rad)`
-hook may return a human/teleop target that replaces the policy's row for that tick (the
-tick is flagged `intervened`). Chunks keep coming meanwhile (the policy's rows are what
-it would have done). When the human lets go, the queue is dropped and a fresh chunk is
-requested from the state the human left the arm in.
+Intervention (docs/algorithms.md section 4): an optional `Intervener` may return a human
+or scripted target that replaces the policy's row for that tick (the tick is flagged
+`intervened`). Chunks keep coming meanwhile (the policy's rows are what it would have
+done). When the human lets go, the queue is dropped and a fresh chunk is requested from
+the state the human left the arm in.
+
+The executor never reads the robot: the episode runner (`robotrl.inference.runner`) reads
+it once per tick (cameras included) and hands that reading to `tick`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
-from robotrl.clock import Rate
-from robotrl.inference.chunking import DelayEstimator, carry_lag, forward_state, should_request, splice
-from robotrl.policies.base import ActionChunk, ChunkPolicy, PolicyObservation
+from robotrl.core.policy import ActionChunk, ChunkPolicy, PolicyObservation, SlowFastPolicy
+from robotrl.core.robot import RobotState
+from robotrl.core.task import Intervener
+from robotrl.hardware.safety import SafeRobot
+from robotrl.inference.chunking import DelayEstimator, arm_deadband, carry_lag, forward_state, should_request, splice
+from robotrl.inference.latents import LatentCache
 
 log = logging.getLogger(__name__)
 
-MODES = ("sync", "naive", "vlash", "vlash+rtc")
+MODES = ("sync", "sync+rtc", "naive", "vlash", "vlash+rtc")
+LOCAL_ROBOT = "local"
+"""Robot id of the one robot a `LocalChunkSource` serves (its latent cache key)."""
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """How the executor turns chunks into one target per tick (docs/algorithms.md section 1)."""
+
+    mode: str = "vlash"
+    """One of `MODES`."""
+    threshold: float = 0.5
+    """Async modes request the next chunk when queued rows / H <= threshold."""
+    execute_horizon: int | None = None
+    """s, rows of each chunk executed in the sync modes (None: all H)."""
+    lag_deadband_rad: float | None = None
+    """vlash modes: carry each arm joint's tracking error beyond this deadband into the
+    forwarded state (`carry_lag`; the gripper is left out), so the policy sees an arm
+    that lags or is blocked. None (the default) forwards the targets alone. Measured:
+    +4 points in stepped evaluation, no gain in real time (docs/results.md)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
+        should_request(0, 1, self.threshold, False)  # validates threshold
+        if self.execute_horizon is not None and self.execute_horizon < 1:
+            raise ValueError(f"execute_horizon must be >= 1, got {self.execute_horizon}")
+        if self.lag_deadband_rad is not None and (self.lag_deadband_rad < 0 or not self.mode.startswith("vlash")):
+            raise ValueError("lag_deadband_rad needs a vlash mode and a deadband >= 0 rad")
+
+    @property
+    def sync(self) -> bool:
+        return self.mode.startswith("sync")
 
 
 class ChunkSource(Protocol):
@@ -58,25 +99,50 @@ class LocalChunkSource:
     """A `ChunkSource` for stepped mode: the chunk is computed at once from the
     observation it was given and becomes available `delay_ticks` after the request tick.
 
+    A `SlowFastPolicy` gets its latent from a `LatentCache` as on the server: re-encoded
+    every `slow_every` requests (and on a new instruction or episode), its age in ticks
+    passed to the fast pathway.
+
     Args:
         policy: a `ChunkPolicy`.
         delay_ticks: the injected inference delay d_inj in ticks, or a function drawing
             it from a `numpy.random.Generator` (seeded by `seed`) for each request.
         seed: seed of that generator.
+        slow_every: requests per slow-pathway refresh (slow/fast policies only).
+
+    Attributes:
+        predict_s: seconds of every policy call (slow encoding included when it ran).
+        latents: the latent cache (None for a policy without a slow pathway).
     """
 
     def __init__(self, policy: ChunkPolicy, delay_ticks: int | Callable[[np.random.Generator], int] = 0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, slow_every: int = 1) -> None:
+        if slow_every < 1:
+            raise ValueError(f"slow_every must be >= 1, got {slow_every}")
         self.policy = policy
         self.delay_ticks = delay_ticks
+        self.slow_every = slow_every
+        self.latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
+        self.predict_s: list[float] = []
         self._rng = np.random.default_rng(seed)
+        self._requests = 0
         self._pending: list[tuple[int, ActionChunk]] = []  # (ready tick, chunk), oldest first
 
     def request(self, obs: PolicyObservation) -> None:
         d = self.delay_ticks if isinstance(self.delay_ticks, int) else int(self.delay_ticks(self._rng))
         if d < 0:
             raise ValueError(f"injected delay must be >= 0 ticks, got {d}")
-        self._pending.append((obs.tick + d, self.policy.predict_chunk(obs)))
+        start = time.perf_counter()
+        if self.latents is None:
+            chunk = self.policy.predict_chunk(obs)
+        else:
+            if self._requests % self.slow_every == 0:
+                self.latents.refresh(LOCAL_ROBOT, obs, 0)
+            latent, age = self.latents.latent_for(LOCAL_ROBOT, obs, 0)
+            chunk = self.latents.policy.predict_chunk(obs, latent, age)
+        self.predict_s.append(time.perf_counter() - start)
+        self._requests += 1
+        self._pending.append((obs.tick + d, chunk))
 
     def poll(self, now_tick: int) -> ActionChunk | None:
         if self._pending and self._pending[0][0] <= now_tick:
@@ -124,88 +190,80 @@ class ReceivedChunk:
     dropped_rows: int
 
 
-def step_limit_rad(robot) -> np.ndarray:
+def step_limit_rad(robot: SafeRobot) -> np.ndarray:
     """(J,) per-tick step the safety layer allows: velocity limit x period x the
-    `SafeRobot` velocity scale (1 for a robot without `limits`)."""
+    `SafeRobot` velocity scale."""
     spec = robot.spec
-    scale = getattr(getattr(robot, "limits", None), "velocity_scale", 1.0)
-    return spec.max_velocity_rad_s * spec.dt_s * scale
+    return spec.max_velocity_rad_s * spec.dt_s * robot.limits.velocity_scale
 
 
 class Executor:
     """Drives `robot` from chunks of `source`, one `tick()` per control period.
 
     Args:
-        robot: `SafeRobot`-like: `spec`, `read() -> RobotState`, `command(q) -> sent`.
+        robot: the `SafeRobot` every target goes through.
         source: the `ChunkSource`.
         horizon: H, rows per chunk.
-        mode: one of `MODES`.
-        threshold: async modes request when queued rows / H <= threshold.
-        execute_horizon: s, rows of each chunk executed in "sync" mode (default H).
-        delay: the inference delay estimator (default `DelayEstimator()`).
-        instruction: sent with every observation.
+        config: mode, request threshold, execute horizon, lag deadband.
+        initial_delay_ticks: the delay estimate d at the start of every episode.
+        intervener: who may take over (called every tick), or None.
         lost_errors: exception types of `source` meaning "server lost": hold, retry later.
-        env_state: optional callable returning privileged features for the observation.
-        start_tick: absolute tick of the first `tick()`.
-        intervention: optional hook `(tick, requested_rad (J,)) -> (J,) target | None`
-            called every tick; a target replaces the policy's row (a human took over).
-        lag_deadband_rad: vlash modes: (J,) or scalar deadband of `carry_lag` (see
-            `arm_deadband`); None forwards the targets alone.
 
     Attributes:
-        trace: one `TickRecord` per tick, for benchmarks.
-        received: every chunk taken in, as `ReceivedChunk`.
+        trace: one `TickRecord` per tick of the current episode, for benchmarks.
+        received: every chunk taken in this episode, as `ReceivedChunk`.
         lost: True from a `lost_errors` exception until the next chunk arrives.
         stale_replies: chunks dropped because they answered no request in flight.
-        intervening: True while the intervention hook drives the arm.
+        intervening: True while the intervener drives the arm.
     """
 
-    def __init__(self, robot, source: ChunkSource, horizon: int, mode: str = "vlash", *,
-                 threshold: float = 0.5, execute_horizon: int | None = None,
-                 delay: DelayEstimator | None = None, instruction: str = "",
-                 lost_errors: tuple[type[BaseException], ...] = (),
-                 env_state: Callable[[], np.ndarray] | None = None, start_tick: int = 0,
-                 intervention: Callable[[int, np.ndarray], np.ndarray | None] | None = None,
-                 lag_deadband_rad: np.ndarray | float | None = None) -> None:
-        if mode not in MODES:
-            raise ValueError(f"Executor mode must be one of {MODES}, got {mode!r}")
-        s = horizon if execute_horizon is None else execute_horizon
-        if horizon <= 0 or not 0 < s <= horizon:
-            raise ValueError(f"need horizon > 0 and 0 < execute_horizon <= horizon, got {horizon}, {s}")
-        should_request(0, horizon, threshold, False)  # validates threshold
-        self.robot, self.source, self.mode = robot, source, mode
-        self.horizon, self.threshold, self.execute_horizon = horizon, threshold, s
-        self.delay = delay if delay is not None else DelayEstimator()
-        self.instruction = instruction
+    def __init__(self, robot: SafeRobot, source: ChunkSource, horizon: int,
+                 config: ExecutorConfig = ExecutorConfig(), *, initial_delay_ticks: int = 0,
+                 intervener: Intervener | None = None,
+                 lost_errors: tuple[type[BaseException], ...] = ()) -> None:
+        s = horizon if config.execute_horizon is None else min(config.execute_horizon, horizon)
+        if horizon <= 0:
+            raise ValueError(f"need horizon > 0, got {horizon}")
+        self.robot, self.source, self.config = robot, source, config
+        self.mode, self.horizon, self.threshold, self.execute_horizon = config.mode, horizon, config.threshold, s
+        self.initial_delay_ticks = initial_delay_ticks
         self.lost_errors = lost_errors
-        self.env_state = env_state
-        self.intervention = intervention
-        self.lag_deadband_rad = lag_deadband_rad
-        self.intervening = False
-        self.now_tick = start_tick
+        self.intervener = intervener
+        self.lag_deadband_rad = arm_deadband(robot.spec.num_joints, config.lag_deadband_rad)
         self.max_step_rad = step_limit_rad(robot)
-        self.trace: list[TickRecord] = []
-        self.received: list[ReceivedChunk] = []
         self.lost = False
         self.stale_replies = 0
+        self.begin_episode("")
+
+    def begin_episode(self, instruction: str, start_tick: int = 0) -> None:
+        """Forget the last episode's plan, trace and delay measurements; the first
+        `tick()` is `start_tick`, every observation carries `instruction`."""
+        self.instruction = instruction
+        self.now_tick = start_tick
+        self.delay = DelayEstimator(initial_ticks=self.initial_delay_ticks)
+        self.intervening = False
+        self.trace: list[TickRecord] = []
+        self.received: list[ReceivedChunk] = []
         self._queue: dict[int, np.ndarray] = {}
         self._origin: dict[int, int] = {}  # tick -> index into self.received
         self._in_flight: tuple[int, int] | None = None  # (request tick, d sent)
         self._hold_rad: np.ndarray | None = None
+        self._unexecuted: np.ndarray | None = None  # sync+rtc: rows of the last chunk not executed
 
     # -- control loop ---------------------------------------------------------------------
-    def tick(self) -> TickRecord:
-        """One control tick: take in chunks, maybe request, command this tick's target."""
+    def tick(self, state: RobotState, env_state: np.ndarray | None = None) -> TickRecord:
+        """One control tick from this tick's reading `state` (and the task's privileged
+        `env_state`, sim only): take in chunks, maybe request, command this tick's target."""
         now = self.now_tick
         if self._hold_rad is None:
-            self._hold_rad = np.array(self.robot.read().q_rad, dtype=np.float64)
-        row, origin = self._next_row(now)
+            self._hold_rad = np.array(state.q_rad, dtype=np.float64)
+        row, origin = self._next_row(now, state, env_state)
         human = None
-        if self.intervention is not None:
-            human = self.intervention(now, self._hold_rad if row is None else row)
+        if self.intervener is not None:
+            human = self.intervener(now, self._hold_rad if row is None else row, state)
             if human is None and self.intervening:  # let go: plan afresh from here
                 self._drop_plan()
-                row, origin = self._next_row(now)
+                row, origin = self._next_row(now, state, env_state)
             self.intervening = human is not None
         planned = self._hold_rad if row is None else row
         requested = planned if human is None else np.asarray(human, dtype=np.float64)
@@ -224,27 +282,18 @@ class Executor:
         self.now_tick = now + 1
         return record
 
-    def run(self, n_ticks: int, rate: Rate | None = None) -> list[TickRecord]:
-        """`n_ticks` ticks paced by `rate` (None when `robot.command` paces itself, e.g. a
-        stepped `TaskEnv`); returns their records."""
-        records = []
-        for _ in range(n_ticks):
-            records.append(self.tick())
-            if rate is not None:
-                rate.sleep()
-        return records
-
     @property
     def pauses(self) -> int:
         """Ticks so far at which the robot held for lack of a queued row."""
         return sum(r.paused for r in self.trace)
 
     # -- requests and replies -------------------------------------------------------------
-    def _next_row(self, now: int) -> tuple[np.ndarray | None, int | None]:
+    def _next_row(self, now: int, state: RobotState,
+                  env_state: np.ndarray | None) -> tuple[np.ndarray | None, int | None]:
         """Take in chunks, maybe request one, pop this tick's (row, origin) (None: hold)."""
         self._receive(now)
         if self._wants_chunk(now):
-            self._request(now)
+            self._request(now, state, env_state)
             self._receive(now)
         return self._queue.pop(now, None), self._origin.pop(now, None)
 
@@ -255,27 +304,30 @@ class Executor:
         self._in_flight = None
 
     def _remaining(self, now: int) -> int:
-        """Queued rows for consecutive ticks from `now` on."""
-        n = 0
-        while now + n in self._queue:
-            n += 1
-        return n
+        """Queued rows for ticks from `now` on (a chunk that came early starts after `now`)."""
+        return sum(1 for tick in self._queue if tick >= now)
+
+    def _planned(self, now: int, d: int) -> np.ndarray:
+        """(n, J) targets planned for ticks `now` .. up to `now + d - 1`, as far as rows are
+        queued; a tick before the first queued row holds the last target sent."""
+        ticks = [tick for tick in range(now, now + d) if tick in self._queue]
+        rows = [self._queue.get(tick, self._hold_rad) for tick in range(now, ticks[-1] + 1)] if ticks else []
+        return np.array(rows, dtype=np.float64).reshape(-1, self.robot.spec.num_joints)
 
     def _wants_chunk(self, now: int) -> bool:
-        if self.mode == "sync":
+        if self.config.sync:
             return self._in_flight is None and self._remaining(now) == 0
         return should_request(self._remaining(now), self.horizon, self.threshold, self._in_flight is not None)
 
-    def _request(self, now: int) -> None:
-        measured = self.robot.read()
+    def _request(self, now: int, measured: RobotState, env_state: np.ndarray | None) -> None:
         d = self.delay.estimate()
         obs = PolicyObservation(state_rad=np.array(measured.q_rad, dtype=np.float64), tick=now,
-                                instruction=self.instruction, images=dict(measured.images),
-                                env_state=self.env_state() if self.env_state is not None else None)
+                                instruction=self.instruction, images=dict(measured.images), env_state=env_state)
+        if self.mode == "sync+rtc" and self._unexecuted is not None and len(self._unexecuted):
+            obs.prefix_rad = self._unexecuted
         if self.mode.startswith("vlash"):
             start = self._hold_rad  # the last target sent: where the step clamp starts from
-            in_flight = np.array([self._queue[now + i] for i in range(min(d, self._remaining(now)))])
-            in_flight = in_flight.reshape(-1, len(start))
+            in_flight = self._planned(now, d)
             obs.state_rad = forward_state(start, in_flight, d, max_step_rad=self.max_step_rad)
             if self.lag_deadband_rad is not None:
                 target = forward_state(start, in_flight, 1, max_step_rad=self.max_step_rad)  # this tick's
@@ -315,9 +367,10 @@ class Executor:
         request_tick, d = self._in_flight
         self._in_flight = None
         self.delay.add(now - request_tick)
-        if self.mode == "sync":  # the robot waited: start where it stopped, s rows only
-            chunk = replace(chunk, actions_rad=np.asarray(chunk.actions_rad)[:self.execute_horizon],
-                            start_tick=now)
+        if self.config.sync:  # the robot waited: start where it stopped, s rows only
+            rows = np.asarray(chunk.actions_rad)
+            self._unexecuted = rows[self.execute_horizon:]
+            chunk = replace(chunk, actions_rad=rows[:self.execute_horizon], start_tick=now)
         dropped = splice(self._queue, chunk, now, "blend" if self.mode == "naive" else "replace")
         index = len(self.received)
         self.received.append(ReceivedChunk(index, chunk, request_tick, d, now, dropped))

@@ -13,10 +13,13 @@ import time
 
 import numpy as np
 
+from robotrl.core.errors import TransportTimeout, WireError
+from robotrl.core.policy import ActionChunk, PolicyObservation
+from robotrl.core.task import Intervener
+from robotrl.hardware.safety import SafeRobot
+from robotrl.inference.executor import Executor, ExecutorConfig
 from robotrl.inference.latency import LatencyStats
-from robotrl.policies.base import ActionChunk, PolicyObservation
 from robotrl.wire.client import ClientSocket
-from robotrl.wire.errors import TransportTimeout, WireError
 from robotrl.wire.messages import ChunkReply, ErrorReply, ObservationRequest
 
 
@@ -122,3 +125,18 @@ class SteppedRemoteSource:
             if chunk is not None:
                 self._ready_tick = None
                 return chunk
+
+
+def remote_executor(robot: SafeRobot, client: ClientSocket, server_info: dict, config: ExecutorConfig, *,
+                    robot_id: str, stepped_delay: int | None = None,
+                    intervener: Intervener | None = None) -> Executor:
+    """The executor of an arm served by the server behind `client` (connected;
+    `server_info` its hello reply). `stepped_delay` None: chunks arrive when they arrive
+    (wall clock); an int d: each is taken in exactly d ticks after its request
+    (`SteppedRemoteSource`, for a simulated arm on a `SimClock`)."""
+    remote = RemoteChunkSource(client, robot_id, robot.spec.num_joints)
+    source = remote if stepped_delay is None else SteppedRemoteSource(remote, stepped_delay)
+    first = (initial_delay_ticks(server_info, robot.spec.control_rate_hz) if stepped_delay is None
+             else stepped_delay)
+    return Executor(robot, source, int(server_info["horizon"]), config, initial_delay_ticks=first,
+                    intervener=intervener, lost_errors=(WireError,))

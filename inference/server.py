@@ -9,7 +9,7 @@ Threads:
   policy (batched when it offers `predict_chunks`) and hands the replies back. New
   weights are swapped in only between batches, so one chunk never mixes versions; the
   version goes out in every reply.
-- weight subscriber (with `weights_from`, `robotrl.learn.weights.WeightSubscriber`):
+- weight subscriber (with `weights_from`, `robotrl.wire.weights.WeightSubscriber`):
   takes the learner's published weights and queues them through `set_weights`. Slow
   latents made by older weights are recomputed after a swap, so no chunk mixes versions.
 - slow pathway (policies with `encode_slow`, e.g. the fast/slow VLA): refreshes each
@@ -25,17 +25,18 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import zmq
 
+from robotrl.core.policy import (ActionChunk, BatchedPolicy, ChunkPolicy, PolicyObservation, ReloadablePolicy,
+                                 SlowFastPolicy)
 from robotrl.inference.chunking import forward_state
 from robotrl.inference.latency import LatencyStats
-from robotrl.learn.weights import WeightSubscriber, weight_endpoints
-from robotrl.policies.base import ActionChunk, ChunkPolicy, PolicyObservation
-from robotrl.wire.errors import PeerLost, ProtocolError, TransportTimeout
+from robotrl.inference.latents import LatentCache
+from robotrl.wire.weights import WeightSubscriber, weight_endpoints
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout
 from robotrl.wire.keys import ServerKeys
 from robotrl.wire.messages import ChunkReply, ErrorReply, ObservationRequest
 from robotrl.wire.transport import ServerSocket
@@ -69,16 +70,6 @@ class _Pending:
     received_ns: int
 
 
-@dataclass
-class _Latent:
-    value: object
-    tick: int
-    version: int
-    """Weight version that computed `value`."""
-    instruction: str
-    ages: deque = field(default_factory=lambda: deque(maxlen=1000))
-
-
 class PolicyServer:
     """Serve `policy` at `config.endpoint`; `start()` returns once it accepts robots."""
 
@@ -93,7 +84,7 @@ class PolicyServer:
         self._requests: queue.Queue[_Pending] = queue.Queue()
         self._replies: queue.Queue[tuple[bytes, object]] = queue.Queue()
         self._pending_weights: tuple[int, object] | None = None
-        self._latents: dict[str, _Latent] = {}
+        self._latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
         self._newest_obs: dict[str, PolicyObservation] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -101,7 +92,6 @@ class PolicyServer:
         self._threads: list[threading.Thread] = []
         self._startup_error: BaseException | None = None
         self._max_step = None if config.max_step_rad is None else np.asarray(config.max_step_rad)
-        self._has_slow = hasattr(policy, "encode_slow")
         self.model_ms = 0.0
         """Median model time of the warm-up calls, sent to clients in the hello reply."""
         self.swapped_at_ns: dict[int, int] = {}
@@ -116,13 +106,13 @@ class PolicyServer:
         endpoints = None
         if self.config.weights_from is not None:
             endpoints = weight_endpoints(self.config.weights_from)
-            if not hasattr(self.policy, "load_weights"):
+            if not isinstance(self.policy, ReloadablePolicy):
                 raise ValueError(f"{self.policy.metadata.policy_type} policies cannot load new weights: "
                                  "serve without weights_from (--weights-from)")
         self._warm_up()
         self._threads = [threading.Thread(target=self._io_loop, name="robotrl-server-io", daemon=True),
                          threading.Thread(target=self._model_loop, name="robotrl-server-model", daemon=True)]
-        if self._has_slow:
+        if self._latents is not None:
             self._threads.append(threading.Thread(target=self._slow_loop, name="robotrl-server-slow", daemon=True))
         for thread in self._threads:
             thread.start()
@@ -157,8 +147,7 @@ class PolicyServer:
 
     def latent_ages(self) -> list[int]:
         """Latent ages in ticks used for the answered requests (fast/slow policies)."""
-        with self._lock:
-            return [age for latent in self._latents.values() for age in latent.ages]
+        return [] if self._latents is None else self._latents.ages()
 
     # -- threads -------------------------------------------------------------------------
     def _warm_up(self) -> None:
@@ -172,7 +161,8 @@ class PolicyServer:
             start = time.perf_counter()
             self._predict([obs], ["warmup"])
             times_ms.append((time.perf_counter() - start) * 1000.0)
-        self._latents.clear()
+        if self._latents is not None:
+            self._latents.clear()
         # The last warm-up calls tell clients how long a chunk takes (first guess of d).
         self.model_ms = float(np.median(times_ms[1:] or times_ms)) if times_ms else 0.0
 
@@ -291,36 +281,26 @@ class PolicyServer:
         obs = PolicyObservation(state_rad=s_hat, tick=req.tick, instruction=req.instruction,
                                 images=dict(req.images), delay_ticks=req.delay_ticks, prefix_rad=prefix,
                                 env_state=req.env_state)
-        if self._has_slow and obs.images:
+        if self._latents is not None and obs.images:
             with self._lock:
                 self._newest_obs[req.robot_id] = obs
         return obs
 
     def _predict(self, observations: list[PolicyObservation], robot_ids: list[str]) -> list[ActionChunk]:
-        if not self._has_slow:
-            if hasattr(self.policy, "predict_chunks"):
-                return self.policy.predict_chunks(observations)
-            return [self.policy.predict_chunk(obs) for obs in observations]
-        latents, ages = [], []
-        for obs, robot_id in zip(observations, robot_ids):
-            with self._lock:
-                latent = self._latents.get(robot_id)
-            if (latent is None or latent.version != self.version or latent.instruction != obs.instruction
-                    or obs.tick < latent.tick):  # first request, new weights, new task or new episode
-                latent = _Latent(self.policy.encode_slow(obs), obs.tick, self.version, obs.instruction,
-                                 latent.ages if latent is not None else deque(maxlen=1000))
-                with self._lock:
-                    self._latents[robot_id] = latent
-            age = obs.tick - latent.tick if obs.images else 0
-            latent.ages.append(age)
-            latents.append(latent.value)
-            ages.append(age)
-        if hasattr(self.policy, "predict_chunks"):
-            return self.policy.predict_chunks(observations, latents, ages)
-        return [self.policy.predict_chunk(obs, latent=latent, latent_age_ticks=age)
-                for obs, latent, age in zip(observations, latents, ages)]
+        policy = self.policy
+        if self._latents is None:
+            if isinstance(policy, BatchedPolicy):
+                return policy.predict_chunks(observations)
+            return [policy.predict_chunk(obs) for obs in observations]
+        assert isinstance(policy, SlowFastPolicy)
+        pairs = [self._latents.latent_for(robot_id, obs, self.version) for obs, robot_id in zip(observations, robot_ids)]
+        latents, ages = [value for value, _ in pairs], [age for _, age in pairs]
+        if isinstance(policy, BatchedPolicy):
+            return policy.predict_chunks(observations, latents, ages)
+        return [policy.predict_chunk(obs, latent, age) for obs, latent, age in zip(observations, latents, ages)]
 
     def _slow_loop(self) -> None:
+        assert self._latents is not None
         period_s = 1.0 / self.config.slow_rate_hz
         while not self._stop.wait(period_s):
             with self._lock:
@@ -328,12 +308,7 @@ class PolicyServer:
                 self._newest_obs.clear()
             for robot_id, obs in newest.items():
                 with self._model_lock:
-                    version = self.version
-                    value = self.policy.encode_slow(obs)
-                with self._lock:
-                    previous = self._latents.get(robot_id)
-                    self._latents[robot_id] = _Latent(value, obs.tick, version, obs.instruction,
-                                                      previous.ages if previous else deque(maxlen=1000))
+                    self._latents.refresh(robot_id, obs, self.version)
 
     def _apply_pending_weights(self) -> None:
         with self._lock:
@@ -342,6 +317,7 @@ class PolicyServer:
             version, weights = pending
             with self._model_lock:
                 try:
+                    assert isinstance(self.policy, ReloadablePolicy)
                     self.policy.load_weights(weights)
                 except Exception:
                     log.exception("weights version %d could not be loaded; still serving version %d",

@@ -1,50 +1,28 @@
-"""Stepped-mode harness: the executor on a simulated `TaskEnv` with injected delay.
+"""Stepped mode: the episode runner on a simulated `TaskEnv` with an injected delay.
 
-A `TaskEnv` seen as a robot (`EnvRobot`), a chunk policy built from the task's scripted
-expert (`ExpertChunkPolicy`) and `run_stepped_episode`, which ties a chunk policy to an
-`Executor` (or the ACT `EnsembleExecutor`) and a `LocalChunkSource` (METRICS.md: stepped
-mode, deterministic for a seed). Used by the tests and the benchmarks; not robot side.
+A chunk policy built from the task's scripted expert (`ExpertChunkPolicy`) and
+`run_stepped_episode`, which runs a chunk policy through a `LocalChunkSource`, an
+`Executor` (or the ACT `EnsembleExecutor`) and the `EpisodeRunner` on the env's
+`SimClock` (docs/benchmarks.md: stepped mode, deterministic for a seed). Used by the
+benchmarks, evaluation and the tests; simulation only.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from robotrl.hardware.robot import RobotState
-from robotrl.inference.chunking import DelayEstimator
+from robotrl.core.policy import ActionChunk, ChunkPolicy, PolicyMetadata, PolicyObservation
+from robotrl.core.robot import RobotSpec
+from robotrl.core.task import Intervener
 from robotrl.inference.ensemble import EnsembleExecutor
-from robotrl.inference.executor import MODES, Executor, LocalChunkSource, ReceivedChunk, TickRecord
-from robotrl.policies.base import ActionChunk, ChunkPolicy, PolicyMetadata, PolicyObservation
+from robotrl.inference.executor import MODES, Executor, ExecutorConfig, LocalChunkSource
+from robotrl.inference.runner import EpisodeObserver, EpisodeResult, EpisodeRunner
+from robotrl.sim.env import TaskEnv
 
 STEPPED_MODES = (*MODES, "ensemble")
-
-
-class EnvRobot:
-    """A `TaskEnv` as a `SafeRobot`-like robot: `command` steps the env one tick (through
-    its `SafeRobot`, paced by its clock); the last `Step` is kept in `last_step`."""
-
-    def __init__(self, env) -> None:
-        self.env = env
-        self.last_step = None
-
-    @property
-    def spec(self):
-        return self.env.robot.spec
-
-    @property
-    def limits(self):
-        return self.env.robot.limits
-
-    def read(self) -> RobotState:
-        return self.env.robot.read()
-
-    def command(self, target_rad: np.ndarray) -> np.ndarray:
-        self.last_step = self.env.step(target_rad)
-        return self.last_step.sent_rad
 
 
 class ExpertChunkPolicy:
@@ -117,32 +95,11 @@ def _clone(expert):
     return twin
 
 
-@dataclass
-class SteppedEpisode:
-    """One stepped episode's outcome and the executor's records."""
-
-    seed: int
-    success: bool
-    ticks: int
-    pauses: int
-    step_clamps: int
-    trace: list[TickRecord]
-    received: list[ReceivedChunk]
-
-    def requested_rad(self) -> np.ndarray:
-        """(T, J) requested targets."""
-        return np.stack([r.requested_rad for r in self.trace])
-
-    def switch_ticks(self) -> list[int]:
-        """Trace indices where a row came from a different chunk than the tick before."""
-        return [k for k in range(1, len(self.trace)) if self.trace[k].chunk_id >= 0
-                and self.trace[k].chunk_id != self.trace[k - 1].chunk_id]
-
-
-def run_stepped_episode(env, seed: int, mode: str, delay_ticks: int | Callable[[np.random.Generator], int],
+def run_stepped_episode(env: TaskEnv, seed: int, mode: str, delay_ticks: int | Callable[[np.random.Generator], int],
                         horizon: int = 16, *, threshold: float = 0.5, execute_horizon: int | None = None,
                         policy: ChunkPolicy | None = None, initial_delay_ticks: int | None = None,
-                        lag_deadband_rad: np.ndarray | float | None = None) -> SteppedEpisode:
+                        lag_deadband_rad: float | None = None, slow_every: int = 1,
+                        intervener: Intervener | None = None) -> EpisodeResult:
     """Reset `env` with `seed` and run a chunk policy through an executor in `mode` (one of
     `STEPPED_MODES`; "ensemble" is ACT temporal ensembling) until the episode ends.
 
@@ -153,7 +110,9 @@ def run_stepped_episode(env, seed: int, mode: str, delay_ticks: int | Callable[[
         policy: a `ChunkPolicy` to run instead (reset first; its own horizon counts).
         initial_delay_ticks: where the delay estimator starts; default the fixed delay
             (no warm-up guess). Required for a drawn delay.
-        lag_deadband_rad: as for `Executor`.
+        threshold, execute_horizon, lag_deadband_rad: as for `ExecutorConfig`.
+        slow_every: requests per slow-pathway refresh (see `LocalChunkSource`).
+        intervener: who may take over, or None.
     """
     if mode not in STEPPED_MODES:
         raise ValueError(f"stepped mode must be one of {STEPPED_MODES}, got {mode!r}")
@@ -161,24 +120,44 @@ def run_stepped_episode(env, seed: int, mode: str, delay_ticks: int | Callable[[
         if not isinstance(delay_ticks, int):
             raise ValueError("a drawn delay needs initial_delay_ticks")
         initial_delay_ticks = delay_ticks
-    env.reset(seed)
+    env.begin(seed)  # the expert is made for this episode's scene
     if policy is None:
         policy = ExpertChunkPolicy(env.make_expert(seed), horizon, env.spec)
     policy.reset()
-    robot = EnvRobot(env)
-    clamps_before = env.robot.stats.step_clamps
-    source = LocalChunkSource(policy, delay_ticks, seed=seed)
-
-    def env_state() -> np.ndarray:
-        return env.task.env_state(env.sim)
-
+    source = LocalChunkSource(policy, delay_ticks, seed=seed, slow_every=slow_every)
     if mode == "ensemble":
-        executor = EnsembleExecutor(robot, source, instruction=env.instruction, env_state=env_state)
+        executor: Executor | EnsembleExecutor = EnsembleExecutor(env.robot, source)
     else:
-        executor = Executor(robot, source, policy.metadata.horizon, mode, threshold=threshold,
-                            execute_horizon=execute_horizon, delay=DelayEstimator(initial_ticks=initial_delay_ticks),
-                            instruction=env.instruction, env_state=env_state, lag_deadband_rad=lag_deadband_rad)
-    while robot.last_step is None or not robot.last_step.done:
-        executor.tick()
-    return SteppedEpisode(seed, robot.last_step.success, env.tick, executor.pauses,
-                          env.robot.stats.step_clamps - clamps_before, executor.trace, executor.received)
+        config = ExecutorConfig(mode, threshold, execute_horizon, lag_deadband_rad)
+        executor = Executor(env.robot, source, policy.metadata.horizon, config,
+                            initial_delay_ticks=initial_delay_ticks, intervener=intervener)
+    return EpisodeRunner(env.robot, env, executor, env.clock).run(seed)
+
+
+class ClosedLoopPolicy:
+    """A per-tick policy (measured joints -> next target) as a one-row `ChunkPolicy`:
+    run synchronously with delay 0 it acts on every tick's fresh reading."""
+
+    def __init__(self, act: Callable[[np.ndarray], np.ndarray], spec: RobotSpec, name: str = "closed_loop") -> None:
+        self.act = act
+        self._metadata = PolicyMetadata(name, 1, spec.num_joints, spec.control_rate_hz, spec.num_joints)
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return self._metadata
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        return ActionChunk(np.asarray(self.act(obs.state_rad), dtype=np.float64)[None], obs.tick)
+
+    def reset(self) -> None:
+        """Stateless."""
+
+
+def run_closed_loop(env: TaskEnv, make_policy: Callable[[TaskEnv, int], Callable[[np.ndarray], np.ndarray]],
+                    seed: int, observers: Sequence[EpisodeObserver] = ()) -> EpisodeResult:
+    """One episode of a per-tick policy (`robotrl.sim.rollout.POLICIES`) through the
+    runner: `make_policy(env, seed)` is called once the scene of `seed` is set."""
+    env.begin(seed)
+    policy = ClosedLoopPolicy(make_policy(env, seed), env.spec)
+    executor = Executor(env.robot, LocalChunkSource(policy), 1, ExecutorConfig("sync"))
+    return EpisodeRunner(env.robot, env, executor, env.clock, observers=observers).run(seed)

@@ -20,6 +20,7 @@ import numpy as np
 import zmq
 
 from robotrl.buffer.spec import TransitionSpec
+from robotrl.inference.runner import EpisodeResult, TickEvent
 from robotrl.wire import codec
 from robotrl.wire.messages import TransitionBatch
 
@@ -148,3 +149,27 @@ class TransitionStreamer:
             return
         self.sent_batches += 1
         self.sent_rows += len(rows)
+
+
+class TransitionRecorder:
+    """An episode-runner observer streaming every executed tick through `streamer`
+    (episode begin, every tick, end with the success label).
+
+    Each row is the reading the tick acted on (joints, camera frames, privileged features
+    in sim), what was executed (post-safety), the policy's own row, the reward, the
+    intervention flag, the chunk's weight version and delay."""
+
+    def __init__(self, streamer: TransitionStreamer) -> None:
+        self.streamer = streamer
+
+    def on_episode_start(self, seed: int, instruction: str) -> None:
+        self.streamer.begin_episode(instruction)
+
+    def on_tick(self, event: TickEvent) -> None:
+        r = event.record
+        policy_row = r.requested_rad if r.policy_rad is None else r.policy_rad
+        self.streamer.record(r.tick, event.state.q_rad, event.state.images, event.env_state, r.sent_rad,
+                             policy_row, event.outcome.reward, r.intervened, r.version, r.delay_ticks)
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        self.streamer.end_episode(result.success)

@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, load_file, save, save_file
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from robotrl.hardware.errors import ConfigError
-from robotrl.policies.base import ChunkPolicy
+from robotrl.core.errors import ConfigError
+from robotrl.core.policy import ChunkPolicy
 from robotrl.policies.checkpoint import read_config
 
 POLICY_TYPES = ("fastslow_flow", "sac", "dsrl")

@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-from robotrl.errors import USER_ERRORS
+from robotrl.core.errors import USER_ERRORS
 
 COMMANDS: dict[str, str] = {
     "devices": "list serial motor buses, cameras, simulated robots, GPUs and CPUs; validate a fleet file",
@@ -19,10 +19,12 @@ COMMANDS: dict[str, str] = {
     "record": "teleoperate an arm (simulated or real) into a LeRobot dataset",
     "serve": "run the asynchronous inference server for a policy checkpoint",
     "deploy": "run a policy on an arm (sim or real) through the inference server",
+    "actor": "the robot side of online learning: deploy, stream transitions to a learner, let a human take over",
+    "learn": "a whole online-learning run here: learner + server taking its weights + simulated actors",
+    "learner": "the online learner process: pull transitions, update (sac, hil-flow, dsrl), publish weights",
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
     "bench": "benchmarks (sim: control-step and render rates)",
     "train": "train a fast/slow flow-matching chunk policy on a LeRobot dataset",
-    "learn": "online learner: pull transitions, update (sac, hil-flow, dsrl), publish weights",
     "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }
 

@@ -15,7 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar, NoReturn
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.hardware.models import ARMS
 
 ROLES = ("recorder", "deploy_client", "inference_server", "learner")
@@ -36,7 +36,7 @@ def _expect(path: str, value: object, kind: type, what: str) -> None:
 
 def _count(path: str, value: object, minimum: int) -> None:
     _expect(path, value, int, "an integer")
-    if value < minimum:
+    if isinstance(value, int) and value < minimum:  # _expect raised for anything but an int
         _fail(path, f"must be at least {minimum}, got {value}")
 
 

@@ -1,4 +1,9 @@
-"""`TaskEnv`: a task on the simulated arm behind `SafeRobot`, stepped tick by tick.
+"""`TaskEnv`: a task on the simulated arm behind `SafeRobot`.
+
+It is the `Task` of simulated episodes (`begin`, `env_state`, `score`: the episode
+runner drives `env.robot` on `env.clock`), and for the loops that act tick by tick
+without chunks (teleop recording, `robotrl sim`) also an env: `reset(seed)` and
+`step(target)`, built from the same three methods.
 
 Every command goes through `SafeRobot`. With the default `SimClock` an episode runs as
 fast as the CPU allows and is deterministic for a seed; with a `WallClock` it runs in
@@ -9,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from robotrl.clock import Clock, Rate, SimClock
-from robotrl.episode import Observation, Step
+from robotrl.core.clock import Clock, Rate, SimClock
+from robotrl.core.episode import Observation, Step
+from robotrl.core.task import TaskOutcome
 from robotrl.hardware.models import get_arm
-from robotrl.hardware.robot import CameraSpec, RobotSpec
+from robotrl.core.robot import CameraSpec, RobotSpec
 from robotrl.hardware.safety import SafeRobot, SafetyLimits
 from robotrl.hardware.sim_arm.robot import DEFAULT_CAMERAS, SimRobot
 from robotrl.hardware.sim_arm.scene import build_arm_spec
@@ -64,14 +70,32 @@ class TaskEnv:
     def env_state_dim(self) -> int:
         return self.task.env_state_dim
 
-    def reset(self, seed: int) -> Observation:
-        rng = np.random.default_rng(seed)
+    # -- the Task contract (the episode runner) -------------------------------------------
+    def begin(self, seed: int) -> str:
+        """Put the arm home and the objects where `seed` says; the instruction."""
         self.seed = seed
         self.sim.reset(seed=seed)
-        self.instruction = self.task.reset(self.sim, rng)
+        self.instruction = self.task.reset(self.sim, np.random.default_rng(seed))
         self.robot.resync()
         self.tick = 0
         self._rate.restart()
+        return self.instruction
+
+    def env_state(self) -> np.ndarray:
+        """(E,) privileged task features now (object positions, metres)."""
+        return self.task.env_state(self.sim)
+
+    def score(self, tick: int) -> TaskOutcome:
+        """Scheduled task events for `tick`, then reward and success; done on success or
+        at the task's tick limit."""
+        self.tick = tick
+        self.task.on_tick(self.sim, tick)
+        ev = self.task.evaluate(self.sim)
+        return TaskOutcome(ev.reward, ev.success, ev.success or tick >= self.task.max_ticks, ev.info)
+
+    # -- tick-by-tick env ----------------------------------------------------------------
+    def reset(self, seed: int) -> Observation:
+        self.begin(seed)
         return self._observe()
 
     def make_expert(self, seed: int | None = None, noise_m: float = 0.0) -> Expert:
@@ -85,12 +109,8 @@ class TaskEnv:
         """Command (J,) joint targets through SafeRobot, wait one tick, observe."""
         sent = self.robot.command(target_rad)
         self._rate.sleep()
-        self.tick += 1
-        self.task.on_tick(self.sim, self.tick)
-        obs = self._observe()
-        ev = self.task.evaluate(self.sim)
-        done = ev.success or self.tick >= self.task.max_ticks
-        return Step(obs, sent, ev.reward, ev.success, done, ev.info)
+        out = self.score(self.tick + 1)
+        return Step(self._observe(), sent, out.reward, out.success, out.done, out.info)
 
     def close(self) -> None:
         self.robot.disconnect()

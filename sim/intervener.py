@@ -1,4 +1,4 @@
-"""`ScriptedIntervener`: the simulated human of human-in-the-loop runs (ALGORITHMS.md
+"""`ScriptedIntervener`: the simulated human of human-in-the-loop runs (docs/algorithms.md
 section 4).
 
 The task's scripted expert runs alongside the policy, as a shadow that always plans from
@@ -21,6 +21,7 @@ from collections import deque
 
 import numpy as np
 
+from robotrl.core.robot import RobotState
 from robotrl.hardware.kinematics import Kinematics
 
 
@@ -36,7 +37,8 @@ def budget_ticks(episode: int, initial_ticks: int, taper_episodes: int, recent_s
 
 
 class ScriptedIntervener:
-    """An `Executor` intervention hook driven by the task's scripted expert.
+    """An `Intervener` driven by the task's scripted expert (it reads the simulator's
+    true joint state: sim only).
 
     Args:
         env: the `TaskEnv` (its expert, true joint state and arm model).
@@ -83,10 +85,11 @@ class ScriptedIntervener:
         self.episode_takeovers = self.episode_ticks = 0
         self.drift_m = self.gripper_gap_rad = 0.0
         self.active = False
+        self.outcome: bool | None = None  # the simulated human never labels an episode
         self._held = 0
         self._expert = None
 
-    def begin_episode(self, seed: int | None = None) -> None:
+    def begin_episode(self, seed: int) -> None:
         """Start the shadow expert for the episode the env was just reset to."""
         self._expert = self.env.make_expert(seed)
         rate = float(np.mean(self.successes)) if self.taper_with_success and self.successes else 0.0
@@ -99,9 +102,10 @@ class ScriptedIntervener:
         self.episode += 1
         self.active = False
 
-    def __call__(self, tick: int, requested_rad: np.ndarray) -> np.ndarray | None:
+    def __call__(self, tick: int, requested_rad: np.ndarray, state: RobotState) -> np.ndarray | None:
         """The expert's (J,) target when it drives this tick, else None (the policy's
-        `requested_rad` (J,) goes to the arm)."""
+        `requested_rad` (J,) goes to the arm). It plans from the true joint state, not
+        the (noisy) reading `state`."""
         if self._expert is None:
             raise RuntimeError("call begin_episode(seed) after env.reset(seed) first")
         q = self.env.sim.q_true_rad

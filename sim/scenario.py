@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 import mujoco
 import numpy as np
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

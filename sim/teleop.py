@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robotrl.hardware.robot import RobotState
+from robotrl.core.robot import RobotState
 from robotrl.hardware.teleop.base import TeleopCommand
 from robotrl.sim.env import TaskEnv
 from robotrl.sim.tasks.base import Expert

@@ -329,7 +329,7 @@ def test_empty_buffer_sampling_is_a_clear_error(tmp_path):
 
 
 def test_demo_dataset_loads_resized_with_reward_and_success(tmp_path, monkeypatch):
-    from robotrl.hardware.robot import CameraSpec, RobotSpec
+    from robotrl.core.robot import CameraSpec, RobotSpec
     from robotrl.record import features as F
     from robotrl.record.writer import DatasetWriter
 

@@ -8,7 +8,7 @@ import pytest
 from robotrl.inference.chunking import (DelayEstimator, arm_deadband, boundary_discontinuity_ratio,
                                         boundary_jerk_ratio, carry_lag, forward_state, prefix_consistency,
                                         rtc_weights, should_request, splice)
-from robotrl.policies.base import ActionChunk
+from robotrl.core.policy import ActionChunk
 
 IN_FLIGHT = np.array([[0.1, 0.0], [0.2, 0.05], [0.3, 0.1]])
 

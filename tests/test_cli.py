@@ -16,11 +16,13 @@ def test_help_is_fast_and_lists_every_command():
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "robotrl.cli", "--help"], capture_output=True, text=True, check=True)
     assert time.perf_counter() - start < 5.0  # lazy imports: no torch, mujoco or lerobot
-    for command in ("devices", "sim", "record", "train", "serve", "deploy", "bench", "keys", "learn", "demo"):
+    for command in ("devices", "sim", "record", "train", "serve", "deploy", "actor", "learner", "learn", "bench", "keys",
+                    "demo"):
         assert command in out.stdout
 
 
-@pytest.mark.parametrize("command", ["sim", "record", "train", "serve", "deploy", "bench", "keys", "learn", "demo", "devices"])
+@pytest.mark.parametrize("command", ["sim", "record", "train", "serve", "deploy", "actor", "learner", "learn", "bench",
+                                     "keys", "demo", "devices"])
 def test_every_option_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
@@ -55,9 +57,11 @@ def test_sim_writes_video_and_png(tmp_path):
     (["deploy", "--policy", "/nonexistent/ckpt"], "does not exist"),
     (["deploy", "--robot", "so101", "--server", "tcp://127.0.0.1:1"], "needs --port"),
     (["deploy", "--mode", "telepathic", "--server", "tcp://127.0.0.1:1"], "unknown mode"),
-    (["deploy", "--mode", "sync", "--lag-deadband", "0.03", "--server", "tcp://127.0.0.1:1"],
-     "--lag-deadband needs a vlash mode"),
-    (["bench", "latency", "--lag-deadband", "-0.1"], "--lag-deadband must be >= 0"),
+    (["actor", "--robot", "so101", "--port", "/dev/null", "--intervene", "scripted", "--server", "tcp://127.0.0.1:1"],
+     "scripted interventions and --stepped-delay are for simulated arms"),
+    (["learn", "--task", "reach"], "needs --policy CKPT"),
+    (["learner", "--algo", "sac"], "give --buffer and --out"),
+    (["learner", "--config", "/nonexistent/learner.json"], "cannot read the config file"),
     (["record", "--robot", "so101", "--root", "/tmp/never-created-robotrl"], "needs --port"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys):
@@ -66,20 +70,24 @@ def test_bad_input_is_one_clear_line(argv, message, capsys):
     assert message in err and "Traceback" not in err
 
 
-def test_learning_actors_run_with_the_deploy_lag_deadband(tmp_path):
-    import argparse
+def test_learn_hands_its_actors_a_config_file_that_round_trips(tmp_path):
+    from dataclasses import replace
 
-    from robotrl.commands import deploy
-    from robotrl.learn import launch
+    from robotrl.core.config import load_config, save_config
+    from robotrl.core.errors import ConfigError
+    from robotrl.inference.arm import ArmConfig
+    from robotrl.inference.executor import ExecutorConfig
+    from robotrl.learn.actor import ActorJob, InterventionConfig
 
-    parser = argparse.ArgumentParser()
-    deploy.add_arguments(parser)
-    args = parser.parse_args(["--learn", "--policy", "ckpt", "--lag-deadband", "0.03", "--intervene", "scripted"])
-    cmd = launch.actor_command(args, 1, "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5560", tmp_path, 10)
-    actor = parser.parse_args(cmd[cmd.index("deploy") + 1:])
-    assert actor.lag_deadband == 0.03 and actor.seed == 100_000
-    args = parser.parse_args(["--learn", "--policy", "ckpt", "--intervene", "scripted"])
-    assert "--lag-deadband" not in launch.actor_command(args, 1, "tcp://a:1", "tcp://a:2", tmp_path, 10)
+    job = ActorJob(ArmConfig(task="pick_place", robot_id="actor1"), "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5560",
+                   ExecutorConfig("vlash", lag_deadband_rad=0.03), InterventionConfig("scripted", budget_ticks=40),
+                   episodes=10, seed=100_000, stepped_delay=2, log=tmp_path / "actor1.csv")
+    back = load_config(ActorJob, save_config(job, tmp_path / "actor1.json"))
+    assert back == job and back.executor.lag_deadband_rad == 0.03 and back.log == tmp_path / "actor1.csv"
+    assert load_config(ActorJob, save_config(replace(job, stepped_delay=None), tmp_path / "b.json")).stepped_delay is None
+    (tmp_path / "bad.json").write_text('{"arm": {"robot": "sim"}, "server": "tcp://a:1", "warp": 9}')
+    with pytest.raises(ConfigError, match="unknown field"):
+        load_config(ActorJob, tmp_path / "bad.json")
 
 
 def test_deploy_to_a_missing_server_times_out_clearly(capsys):

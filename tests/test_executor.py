@@ -10,11 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from robotrl.hardware.robot import RobotState
-from robotrl.inference.chunking import DelayEstimator, arm_deadband, boundary_discontinuity_ratio
-from robotrl.inference.executor import Executor, LocalChunkSource, step_limit_rad
-from robotrl.inference.stepped import EnvRobot, ExpertChunkPolicy, run_stepped_episode
-from robotrl.policies.base import ActionChunk, PolicyObservation
+from robotrl.core.robot import RobotState
+from robotrl.core.policy import ActionChunk, PolicyObservation
+from robotrl.hardware.safety import SafetyLimits
+from robotrl.inference.chunking import boundary_discontinuity_ratio
+from robotrl.inference.executor import Executor, ExecutorConfig, LocalChunkSource, step_limit_rad
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.stepped import ExpertChunkPolicy, run_stepped_episode
 
 H = 16
 SEEDS = range(3)
@@ -108,10 +110,12 @@ def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
             return super().predict_chunk(obs)
 
     env.reset(0)
-    robot = EnvRobot(env)
     source = LocalChunkSource(Recording(env.make_expert(0), H, env.spec), delay_ticks=4)
-    executor = Executor(robot, source, H, "vlash+rtc", delay=DelayEstimator(initial_ticks=4))
-    executor.run(40)
+    executor = Executor(env.robot, source, H, ExecutorConfig("vlash+rtc"), initial_delay_ticks=4)
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(0)
+    for _ in range(40):
+        runner.tick()
     later = [obs for obs in seen if obs.prefix_rad is not None]
     assert later and seen[0].prefix_rad is None  # nothing queued before the first chunk
     for obs in later:
@@ -127,6 +131,8 @@ def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
 
 class BlockedArm:
     """A robot whose joints stay at `q_rad` whatever it is told (an arm resting on an obstacle)."""
+
+    limits = SafetyLimits()
 
     def __init__(self, spec, q_rad: np.ndarray) -> None:
         self.spec, self.q_rad = spec, np.array(q_rad, dtype=np.float64)
@@ -156,10 +162,11 @@ def test_vlash_carries_the_lag_of_a_blocked_arm_beyond_the_deadband(env, band):
             return super().predict_chunk(obs)
 
     q = env.spec.lower_rad + 0.5
-    deadband = None if band is None else arm_deadband(env.spec.num_joints, band)
-    executor = Executor(BlockedArm(env.spec, q), LocalChunkSource(Recording(), delay_ticks=1), H, "vlash",
-                        delay=DelayEstimator(initial_ticks=1), lag_deadband_rad=deadband)
-    executor.run(3 * H)
+    arm = BlockedArm(env.spec, q)
+    executor = Executor(arm, LocalChunkSource(Recording(), delay_ticks=1), H,  # type: ignore[arg-type]
+                        ExecutorConfig("vlash", lag_deadband_rad=band), initial_delay_ticks=1)
+    for _ in range(3 * H):
+        executor.tick(arm.read())
     assert len(seen) >= 4
     np.testing.assert_allclose(seen[0].state_rad, q)  # nothing queued yet: the measured arm
     for obs in seen[1:]:
@@ -200,13 +207,14 @@ def test_lost_source_holds_within_one_tick_and_recovers(env):
     # reply to the request of tick 24 (due at 28) is in flight when the source fails at 26
     down, up, delay = 26, 40, 4
     env.reset(1)
-    robot = EnvRobot(env)
     clamps_before = env.robot.stats.step_clamps
     inner = LocalChunkSource(ExpertChunkPolicy(env.make_expert(1), H, env.spec), delay_ticks=delay)
-    executor = Executor(robot, FlakySource(inner, down, up), H, "vlash",
-                        delay=DelayEstimator(initial_ticks=delay), lost_errors=(SourceDown,))
-    while robot.last_step is None or not robot.last_step.done:
-        executor.tick()
+    executor = Executor(env.robot, FlakySource(inner, down, up), H, initial_delay_ticks=delay,
+                        lost_errors=(SourceDown,))
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(1)
+    while not runner.outcome.done:
+        runner.tick()
         if executor.now_tick == down + 1:
             assert executor.lost
     trace = executor.trace
@@ -219,12 +227,22 @@ def test_lost_source_holds_within_one_tick_and_recovers(env):
     requested = np.stack([r.requested_rad for r in trace])
     assert np.all(np.abs(np.diff(requested, axis=0)) <= step_limit_rad(env.robot) + 1e-9)
     assert env.robot.stats.step_clamps == clamps_before
-    assert robot.last_step.success
+    assert runner.outcome.success
 
 
 def test_errors_not_listed_as_lost_propagate(env):
     env.reset(0)
     inner = LocalChunkSource(ExpertChunkPolicy(env.make_expert(0), H, env.spec))
-    executor = Executor(EnvRobot(env), FlakySource(inner, 0, 5), H, "vlash")
+    runner = EpisodeRunner(env.robot, env, Executor(env.robot, FlakySource(inner, 0, 5), H), env.clock)
+    runner.begin(0)
     with pytest.raises(SourceDown):
-        executor.tick()
+        runner.tick()
+
+
+def test_executor_config_rejects_a_deadband_outside_vlash_and_unknown_modes():
+    with pytest.raises(ValueError, match="vlash mode"):
+        ExecutorConfig("sync", lag_deadband_rad=0.03)
+    with pytest.raises(ValueError, match="deadband >= 0"):
+        ExecutorConfig("vlash", lag_deadband_rad=-0.1)
+    with pytest.raises(ValueError, match="unknown mode 'warp'"):
+        ExecutorConfig("warp")

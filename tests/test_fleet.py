@@ -10,7 +10,7 @@ import pytest
 
 from robotrl.cli import main
 from robotrl.fleet import ROLES, check_devices, load_fleet
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet.toml"
 

@@ -8,10 +8,11 @@ from itertools import groupby
 import numpy as np
 import pytest
 
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.inference.executor import Executor, LocalChunkSource
-from robotrl.inference.stepped import EnvRobot, ExpertChunkPolicy
-from robotrl.inference.actor import run_actor_episode
-from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.stepped import ExpertChunkPolicy
+from robotrl.inference.transitions import TransitionRecorder
 from robotrl.sim.intervener import ScriptedIntervener, budget_ticks
 
 H = 8
@@ -48,16 +49,40 @@ def test_budget_tapers_linearly_and_with_success():
         budget_ticks(0, 100, 50, recent_success_rate=1.5)
 
 
+def actor_episode(env, source, streamer, intervener, seed: int, max_ticks: int | None = None):
+    """One episode of the episode runner with `intervener` and transitions to `streamer`."""
+    executor = Executor(env.robot, source, H, intervener=intervener)
+    observers = [] if streamer is None else [TransitionRecorder(streamer)]
+    return EpisodeRunner(env.robot, env, executor, env.clock, observers=observers).run(seed, max_ticks)
+
+
+class Hook:
+    """An intervener that drives ticks 10-14 to a fixed target."""
+
+    outcome = None
+    episode_takeovers = 0
+
+    def __init__(self, target: np.ndarray) -> None:
+        self.target = target
+
+    def begin_episode(self, seed: int) -> None:
+        pass
+
+    def end_episode(self, success: bool) -> None:
+        pass
+
+    def __call__(self, tick, requested_rad, state):
+        return self.target if 10 <= tick < 15 else None
+
+
 def test_hook_target_replaces_the_row_and_letting_go_requests_a_fresh_chunk(env):
     env.reset(0)
     human = np.full(6, 0.05)
-
-    def hook(tick, requested_rad):
-        return human if 10 <= tick < 15 else None
-
     policy = ExpertChunkPolicy(env.make_expert(), H, env.spec)
-    executor = Executor(EnvRobot(env), LocalChunkSource(policy, 0), H, "vlash", intervention=hook)
-    trace = executor.run(25)
+    executor = Executor(env.robot, LocalChunkSource(policy, 0), H, intervener=Hook(human))
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(0)
+    trace = [runner.tick().record for _ in range(25)]
     assert [r.tick for r in trace if r.intervened] == [10, 11, 12, 13, 14]
     for r in trace[10:15]:
         np.testing.assert_array_equal(r.requested_rad, human)
@@ -71,8 +96,7 @@ def test_hook_target_replaces_the_row_and_letting_go_requests_a_fresh_chunk(env)
 def test_intervener_takes_over_on_drift_flags_it_and_respects_the_budget(env):
     intervener = ScriptedIntervener(env, takeover_m=0.04, handback_m=0.01, min_ticks=5,
                                     initial_budget_ticks=60, taper_episodes=10)
-    episode = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, intervener, "vlash", seed=2,
-                                horizon=H)
+    episode = actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, intervener, seed=2)
     flagged = [r for r in episode.trace if r.intervened]
     assert 0 < len(flagged) == episode.intervention_ticks <= 60 and episode.takeovers >= 1
     assert intervener.intervention_ticks == len(flagged) and intervener.episode == 1
@@ -88,7 +112,7 @@ def test_expert_as_policy_needs_no_help(env):
     env.reset(4)
     policy = ExpertChunkPolicy(env.make_expert(), H, env.spec)
     intervener = ScriptedIntervener(env, takeover_m=0.04)
-    episode = run_actor_episode(env, LocalChunkSource(policy, 0), None, intervener, "vlash", seed=4, horizon=H)
+    episode = actor_episode(env, LocalChunkSource(policy, 0), None, intervener, seed=4)
     assert episode.success and episode.intervention_ticks == 0 and episode.takeovers == 0
 
 
@@ -97,8 +121,7 @@ def test_interventions_taper_to_zero_over_episodes(env):
                                     initial_budget_ticks=45, taper_episodes=3)
     ticks = []
     for seed in range(4):
-        episode = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, intervener, "vlash",
-                                    seed=seed, horizon=H)
+        episode = actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, intervener, seed=seed)
         ticks.append(episode.intervention_ticks)
     budgets = [45, 30, 15, 0]  # 45 * (1 - e/3)
     assert all(0 <= t <= b for t, b in zip(ticks, budgets)) and ticks[0] > 0 and ticks[-1] == 0
@@ -138,7 +161,7 @@ def test_teleop_device_takes_over_and_its_success_key_ends_the_episode(env):
             self.success = success
 
     hook, rows = TeleopIntervention(ScriptedDevice(), env.robot), Rows()
-    ep = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), rows, hook, "vlash", seed=3, horizon=H)
+    ep = actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), rows, hook, seed=3)
     flagged = [r.tick for r in ep.trace if r.intervened]
     assert flagged == [5, 6, 7, 8, 9] and ep.takeovers == 1
     assert ep.success and ep.ticks == 21 and rows.success  # ended by the human's success key at tick 20
@@ -148,8 +171,7 @@ def test_teleop_device_takes_over_and_its_success_key_ends_the_episode(env):
 
 
 def test_real_arm_episodes_end_at_max_ticks(env):
-    ep = run_actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, None, "vlash", seed=3, horizon=H,
-                           max_ticks=12)
+    ep = actor_episode(env, LocalChunkSource(FrozenPolicy(), 0), None, None, seed=3, max_ticks=12)
     assert ep.ticks == 12 and not ep.success
 
 
@@ -174,8 +196,9 @@ def test_intervener_stops_a_grasp_closed_in_the_air():
             if shut:  # ...with the jaws commanded shut while it holds them open above the cube
                 assert row[-1] > 0.8
                 row[-1] = -0.15
-            assert position_only(tick, row) is None  # no position drift: never takes over
-            target = both(tick, row)
+            state = env.robot.read()
+            assert position_only(tick, row, state) is None  # no position drift: never takes over
+            target = both(tick, row, state)
             takes.append(target is not None)
             if shut:
                 assert both.gripper_gap_rad > 0.9

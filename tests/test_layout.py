@@ -39,8 +39,8 @@ def test_subsystems_import_under_robotrl(tmp_path):
 
 
 def test_robot_side_modules_import_neither_torch_nor_mujoco(tmp_path):
-    code = ("import robotrl.hardware.safety, robotrl.hardware.robot, robotrl.clock\n"
-            "import robotrl.hardware.kinematics, robotrl.hardware.models, robotrl.hardware.errors\n"
+    code = ("import robotrl.hardware.safety, robotrl.core.robot, robotrl.core.clock\n"
+            "import robotrl.hardware.kinematics, robotrl.hardware.models, robotrl.core.errors\n"
             "import sys\n"
             "heavy = sorted(m for m in ('torch', 'mujoco') if m in sys.modules)\n"
             "assert not heavy, heavy\n")

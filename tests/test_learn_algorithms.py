@@ -11,12 +11,13 @@ from robotrl.buffer.episode import ROW_FIELDS, Episode
 from robotrl.buffer.online import OnlineBuffer
 from robotrl.buffer.sampler import ChunkSample, TransitionSample
 from robotrl.buffer.spec import TransitionSpec
-from robotrl.hardware.errors import ConfigError
-from robotrl.learn.algorithm import Algorithm, ess_fraction, make_algorithm
+from robotrl.core.errors import ConfigError
+from robotrl.learn.algorithm import Algorithm, ess_fraction
+from robotrl.learn.registry import make_algorithm
 from robotrl.learn.dsrl import Dsrl, DsrlConfig, chunk_returns
 from robotrl.learn.hil_flow import HilFlow, HilFlowConfig, accepted_rows, row_weights
 from robotrl.learn.sac import SAC_PRESETS, Sac
-from robotrl.policies.base import ChunkPolicy, PolicyObservation
+from robotrl.core.policy import ChunkPolicy, PolicyObservation
 from robotrl.policies.fastslow import FastSlowConfig, FastSlowPolicy
 from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.normalize import Normalizer

@@ -261,7 +261,7 @@ def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog
 
     from robotrl.buffer.online import OnlineBuffer
     from robotrl.learn.learner import Learner, LearnerConfig
-    from robotrl.learn.weights import WeightPublisher, WeightSubscriber
+    from robotrl.wire.weights import WeightPublisher, WeightSubscriber
 
     caplog.set_level("ERROR", logger="robotrl.learn.learner")
     buffer = OnlineBuffer(tmp_path / "buf", _spec(), 10_000, fsync=False)
@@ -320,7 +320,7 @@ sys.path.insert(0, {tests!r})
 from pathlib import Path
 from robotrl.buffer.online import OnlineBuffer
 from robotrl.learn.learner import Learner, LearnerConfig
-from robotrl.learn.weights import WeightPublisher
+from robotrl.wire.weights import WeightPublisher
 from test_learner import FakeAlgorithm, _spec
 buffer = OnlineBuffer(Path({root!r}) / "buf", _spec(), 10_000, fsync=True)
 publisher = WeightPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
@@ -340,7 +340,7 @@ def test_kill_9_then_resume_restores_counters_and_loses_no_committed_transition(
 
     from robotrl.buffer.online import OnlineBuffer
     from robotrl.learn.learner import Learner, LearnerConfig, resume_version
-    from robotrl.learn.weights import WeightPublisher
+    from robotrl.wire.weights import WeightPublisher
 
     script = LEARNER_SCRIPT.format(tests=str(Path(__file__).parent), root=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -413,7 +413,7 @@ def test_cli_learn_sac_updates_checkpoints_and_resumes(tmp_path, capsys):
         for b in _episode_batches("arm0", k, 5, True):
             buffer.add(msgspec.structs.replace(b, images={}))
     buffer.close()
-    args = ["learn", "--algo", "sac", "--preset", "tiny", "--buffer", str(tmp_path / "buf"), "--out", str(tmp_path / "run"),
+    args = ["learner", "--algo", "sac", "--preset", "tiny", "--buffer", str(tmp_path / "buf"), "--out", str(tmp_path / "run"),
             "--state-dim", "2", "--action-dim", "2", "--cameras", "", "--transitions", "tcp://127.0.0.1:*",
             "--weights", f"tcp://127.0.0.1:{_free_port_pair()}", "--min-transitions", "20", "--publish-every", "2",
             "--checkpoint-every", "2", "--set", "batch_size=8", "--set", "hidden_dims=[16, 16]",
@@ -433,10 +433,10 @@ def test_cli_learn_sac_updates_checkpoints_and_resumes(tmp_path, capsys):
     assert meta["updates"] == 4 and meta["spec"] == spec.to_dict() and meta["algo"] == "sac"
 
 
-def test_cli_learn_every_option_has_help():
+def test_cli_learner_every_option_has_help():
     import argparse
 
-    from robotrl.commands.learn import add_arguments
+    from robotrl.commands.learner import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robotrl.hardware.errors import ConfigError, DeviceNotConnected
+from robotrl.core.errors import ConfigError, DeviceNotConnected
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.lerobot_arm.robot import LerobotArm
 from robotrl.hardware.lerobot_arm.units import (
@@ -147,7 +147,7 @@ def test_missing_port_raises_before_touching_lerobot() -> None:
 def test_failed_connect_imports_neither_lerobot_nor_torch() -> None:
     code = f"""
 import sys
-from robotrl.hardware.errors import DeviceNotConnected
+from robotrl.core.errors import DeviceNotConnected
 from robotrl.hardware.lerobot_arm.robot import LerobotArm
 try:
     LerobotArm("so101", port={MISSING_PORT!r}).connect()

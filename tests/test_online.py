@@ -1,4 +1,4 @@
-"""End to end: `robotrl deploy --learn` with two simulated actors, the inference server
+"""End to end: `robotrl learn` with two simulated actors, the inference server
 and the learner as real processes on loopback; killed with SIGKILL mid-run and resumed."""
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ def _segments(buffer) -> dict[str, str]:
 
 
 def _deploy(out, policy, episodes: int, resume: bool) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "robotrl.cli", "deploy", "--robot", "sim", "--task", "reach", "--policy",
-           str(policy), "--learn", "--learn-out", str(out), "--actors", "2", "--episodes", str(episodes),
+    cmd = [sys.executable, "-m", "robotrl.cli", "learn", "--robot", "sim", "--task", "reach", "--policy",
+           str(policy), "--out", str(out), "--actors", "2", "--episodes", str(episodes),
            "--stepped-delay", "2", "--max-seconds", "3", "--preset", "small", "--budget-ticks", "40",
-           "--taper-episodes", "4",
-           "--learner-args", "--min-transitions 60 --publish-every 2 --checkpoint-every 4 --no-fsync"]
+           "--taper-episodes", "4", "--min-transitions", "60", "--publish-every", "2", "--checkpoint-every", "4",
+           "--no-fsync"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     return subprocess.Popen(cmd + (["--resume"] if resume else []), start_new_session=True, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from robotrl.hardware.errors import ConfigError
-from robotrl.policies.base import ChunkPolicy, PolicyObservation
+from robotrl.core.errors import ConfigError
+from robotrl.core.policy import ChunkPolicy, PolicyObservation
 from robotrl.policies.checkpoint import write_checkpoint
 from robotrl.policies.fastslow import FastSlowConfig, FastSlowPolicy, flow
 from robotrl.policies.fastslow.model import FastSlowModel

@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("lerobot")
 
-from robotrl.policies.base import ChunkPolicy, PolicyObservation  # noqa: E402
+from robotrl.core.policy import ChunkPolicy, PolicyObservation  # noqa: E402
 from robotrl.policies.lerobot_adapter import LerobotChunkPolicy  # noqa: E402
 from robotrl.policies.loading import load_policy  # noqa: E402
 

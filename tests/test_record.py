@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from robotrl.cli import main
-from robotrl.hardware.robot import CameraSpec, RobotState
+from robotrl.core.robot import CameraSpec, RobotState
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
 from robotrl.record import features as F
 from robotrl.record.loop import record_episode
@@ -136,7 +136,7 @@ def test_perturbed_recording_keeps_the_clean_targets_and_trains_on_them(tmp_path
     action.teleop keeps the clean target, and training can read either column."""
     import pandas as pd
 
-    from robotrl.train.data import load_frames
+    from robotrl.record.dataset import load_frames
 
     root = tmp_path / "dart"
     assert main(["record", "--task", "reach", "--episodes", "2", "--root", str(root), "--cameras", "",

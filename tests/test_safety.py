@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robotrl.hardware.errors import ConfigError, SafetyTrip
+from robotrl.core.errors import ConfigError, SafetyTrip
 from robotrl.hardware.safety import (
     SafeRobot,
     SafetyLimits,

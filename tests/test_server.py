@@ -8,16 +8,16 @@ import time
 import numpy as np
 import pytest
 
-from robotrl.clock import WallClock
-from robotrl.inference.executor import Executor
-from robotrl.inference.chunking import DelayEstimator
-from robotrl.inference.remote import RemoteChunkSource, initial_delay_ticks
+from robotrl.core.clock import WallClock
+from robotrl.inference.executor import Executor, ExecutorConfig
+from robotrl.inference.remote import RemoteChunkSource, remote_executor
+from robotrl.inference.runner import EpisodeRunner
 from robotrl.inference.server import PolicyServer, ServerConfig
-from robotrl.inference.stepped import EnvRobot, ExpertChunkPolicy
-from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.inference.stepped import ExpertChunkPolicy
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.sim.env import TaskEnv
 from robotrl.wire.client import ClientSocket
-from robotrl.wire.errors import WireError
+from robotrl.core.errors import WireError
 from robotrl.wire.messages import ChunkReply, ObservationRequest
 
 H = 8
@@ -105,6 +105,9 @@ class TextLatentPolicy:
         return [ActionChunk(np.full((H, 6), latent + 1000.0 * age), obs.tick + obs.delay_ticks)
                 for obs, latent, age in zip(observations, latents, ages)]
 
+    def predict_chunk(self, obs, latent=None, latent_age_ticks=0) -> ActionChunk:
+        return self.predict_chunks([obs], [latent], [latent_age_ticks])[0]
+
     def reset(self) -> None:
         pass
 
@@ -140,21 +143,19 @@ def test_weights_swap_between_chunks_and_version_in_every_reply():
     assert policy.version_seen == ["weights-v2"]
 
 
-def run_deploy(server_endpoint: str, env: TaskEnv, mode: str, seconds: float) -> tuple[Executor, EnvRobot]:
+def run_deploy(server_endpoint: str, env: TaskEnv, mode: str, seconds: float, seed: int) -> Executor:
     client = ClientSocket(server_endpoint, robot_id="arm0", heartbeat_s=0.3, missed_heartbeats=2)
     info = client.connect(timeout_s=5)
-    source = RemoteChunkSource(client, "arm0", 6, reply_timeout_s=2.0)
-    robot = EnvRobot(env)
-    delay = DelayEstimator(initial_ticks=initial_delay_ticks(info, 30.0))
-    executor = Executor(robot, source, H, mode, instruction=env.instruction, lost_errors=(WireError,),
-                        delay=delay)
+    executor = remote_executor(env.robot, client, info, ExecutorConfig(mode), robot_id="arm0")
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(seed)
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
-            executor.tick()  # env.step paces at 30 Hz on the wall clock
+            runner.tick()  # paced at 30 Hz on the wall clock
     finally:
         client.close()
-    return executor, robot
+    return executor
 
 
 @pytest.mark.parametrize("latency_horizons", [0.0, 1.0, 3.0])
@@ -167,7 +168,7 @@ def test_loopback_deploy_with_injected_latency_is_smooth(latency_horizons):
     policy = ExpertChunkPolicy(env.make_expert(), H, env.spec)
     slow = SleepyPolicy(policy, latency_horizons * H / 30.0)
     with PolicyServer(slow, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=2)) as server:
-        executor, robot = run_deploy(server.endpoint, env, "vlash", seconds=2.5)
+        executor = run_deploy(server.endpoint, env, "vlash", seconds=2.5, seed=3)
     env.close()
     requested = np.stack([r.requested_rad for r in executor.trace])
     jumps = np.abs(np.diff(requested, axis=0))[:, :5]
@@ -203,15 +204,17 @@ def test_server_killed_mid_run_arm_holds_then_resumes():
     endpoint = server.endpoint
     client = ClientSocket(endpoint, robot_id="arm0", heartbeat_s=0.2, missed_heartbeats=2)
     client.connect(timeout_s=5)
-    executor = Executor(EnvRobot(env), RemoteChunkSource(client, "arm0", 6, reply_timeout_s=0.5), H, "vlash",
+    executor = Executor(env.robot, RemoteChunkSource(client, "arm0", 6, reply_timeout_s=0.5), H,
                         lost_errors=(WireError,))
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(5)
     try:
         for _ in range(20):
-            executor.tick()
+            runner.tick()
         server.stop()
         lost_at = len(executor.trace)
         for _ in range(45):  # 1.5 s without a server
-            executor.tick()
+            runner.tick()
         assert executor.lost
         # within one tick of the loss being noticed the arm holds: every later tick is a pause
         first_pause = next(i for i in range(lost_at, len(executor.trace)) if executor.trace[i].paused)
@@ -221,7 +224,7 @@ def test_server_killed_mid_run_arm_holds_then_resumes():
         server = PolicyServer(policy, ServerConfig(endpoint=endpoint, warmup_calls=0))
         server.start()
         for _ in range(60):
-            executor.tick()
+            runner.tick()
         assert not executor.lost
         assert not executor.trace[-1].paused
         assert env.robot.stats.step_clamps == 0
@@ -273,13 +276,9 @@ def test_four_simulated_arms_on_one_server_each_reach_their_own_target():
             client = ClientSocket(server.endpoint, robot_id=f"arm{i}", heartbeat_s=0.5)
             try:
                 info = client.connect(timeout_s=5)
-                robot = EnvRobot(env)
-                executor = Executor(robot, RemoteChunkSource(client, f"arm{i}", 6), H, "vlash",
-                                    lost_errors=(WireError,), env_state=lambda: env.task.env_state(env.sim),
-                                    delay=DelayEstimator(initial_ticks=initial_delay_ticks(info, 30.0)))
-                while robot.last_step is None or not robot.last_step.done:
-                    executor.tick()
-                results[i] = (robot.last_step.success, env.task.jump_tick, env.tick)
+                executor = remote_executor(env.robot, client, info, ExecutorConfig(), robot_id=f"arm{i}")
+                episode = EpisodeRunner(env.robot, env, executor, env.clock).run(100 + i)
+                results[i] = (episode.success, env.task.jump_tick, env.tick)
             finally:
                 client.close()
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robotrl.hardware.errors import DeviceNotConnected
+from robotrl.core.errors import DeviceNotConnected
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.models import ARMS
-from robotrl.hardware.robot import CameraSpec, Robot, RobotSpec
+from robotrl.core.robot import CameraSpec, Robot, RobotSpec
 from robotrl.hardware.safety import SafeRobot, SafetyLimits, box_violation
 from robotrl.hardware.sim_arm.robot import DEFAULT_CAMERAS, HOME_Q_RAD, SimRobot
 from robotrl.sim.env import TaskEnv

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robotrl.hardware.errors import ConfigError, DeviceNotConnected
+from robotrl.core.errors import ConfigError, DeviceNotConnected
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.models import get_arm
-from robotrl.hardware.robot import RobotState
+from robotrl.core.robot import RobotState
 from robotrl.hardware.sim_arm.robot import HOME_Q_RAD, SimRobot
 from robotrl.hardware.teleop.base import TeleopDevice, TeleopEvents
 from robotrl.hardware.teleop.cartesian import CartesianJogger, azimuth_change, cartesian_step

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from robotrl.cli import main
-from robotrl.hardware.errors import ConfigError
-from robotrl.hardware.robot import CameraSpec, RobotSpec
-from robotrl.policies.base import PolicyObservation
+from robotrl.core.errors import ConfigError
+from robotrl.core.robot import CameraSpec, RobotSpec
+from robotrl.core.policy import PolicyObservation
 from robotrl.policies.fastslow import FastSlowPolicy
 from robotrl.policies.loading import load_policy
 from robotrl.record import features as F
 from robotrl.record.writer import DatasetWriter
-from robotrl.train.data import load_frames
+from robotrl.record.dataset import load_frames
 from robotrl.train.sampling import (chunk_indices, delayed_frame_index, example_indices, offset_state_index,
                                     sample_examples)
 from robotrl.train.trainer import TrainConfig, Trainer, lr_at, train

@@ -1,5 +1,5 @@
 """`TransitionStreamer` over a real PUSH/PULL pair, and a full simulated actor episode
-(`run_actor_episode`) streaming to a learner socket with the scripted intervener."""
+(the episode runner with a `TransitionRecorder`) streaming to a learner socket with the scripted intervener."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 import zmq
 
 from robotrl.buffer.spec import SpecMismatch, TransitionSpec
-from robotrl.inference.actor import run_actor_episode
+from robotrl.inference.executor import Executor
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.transitions import TransitionRecorder
 from robotrl.inference.executor import LocalChunkSource
 from robotrl.inference.stepped import ExpertChunkPolicy
 from robotrl.inference.transitions import TransitionStreamer, resize_image
@@ -117,8 +119,9 @@ def test_actor_episode_streams_what_was_executed_with_interventions(pull):
     try:
         with TransitionStreamer(endpoint, "arm0", spec, every_ticks=8) as streamer:
             # a delay of 6 ticks makes the expert-as-policy lag behind the shadow expert
-            episode = run_actor_episode(env, LocalChunkSource(policy, 6), streamer, intervener, "vlash", seed=1,
-                                        horizon=8)
+            executor = Executor(env.robot, LocalChunkSource(policy, 6), 8, intervener=intervener)
+            runner = EpisodeRunner(env.robot, env, executor, env.clock, observers=[TransitionRecorder(streamer)])
+            episode = runner.run(1)
             batches = receive(sock, spec)
     finally:
         env.close()
@@ -133,7 +136,7 @@ def test_actor_episode_streams_what_was_executed_with_interventions(pull):
 
 
 def test_robot_side_modules_import_neither_torch_nor_mujoco():
-    code = ("import sys, robotrl.inference.transitions, robotrl.learn.weights\n"
+    code = ("import sys, robotrl.inference.transitions, robotrl.wire.weights\n"
             "heavy = sorted(m for m in ('torch', 'mujoco') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -12,10 +12,10 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from robotrl.inference.server import PolicyServer, ServerConfig
-from robotrl.learn.weights import WeightPublisher, WeightSubscriber, weight_endpoints
-from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.wire.weights import WeightPublisher, WeightSubscriber, weight_endpoints
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.wire.client import ClientSocket
-from robotrl.wire.errors import WireError
+from robotrl.core.errors import WireError
 from robotrl.wire.messages import ChunkReply, ObservationRequest
 
 H = 6

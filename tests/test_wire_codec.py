@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from robotrl.wire import codec
-from robotrl.wire.errors import ProtocolError, VersionMismatch
+from robotrl.core.errors import ProtocolError, VersionMismatch
 from robotrl.wire.messages import (PROTOCOL_VERSION, ChunkReply, ErrorReply, Heartbeat, Hello,
                                    HelloReply, ObservationRequest, WeightsAnnouncement)
 

@@ -14,7 +14,7 @@ import zmq
 from robotrl.cli import main
 from robotrl.wire import codec
 from robotrl.wire.client import ClientSocket
-from robotrl.wire.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch
 from robotrl.wire.keys import ClientKeys, ServerKeys, load_keypair, load_public_key, write_keypair
 from robotrl.wire.messages import PROTOCOL_VERSION, ChunkReply, ErrorReply, Hello, HelloReply, ObservationRequest
 from robotrl.wire.transport import ServerSocket

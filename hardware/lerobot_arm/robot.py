@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from robotrl.hardware.errors import ConfigError, DeviceNotConnected
+from robotrl.core.errors import ConfigError, DeviceNotConnected
+from robotrl.core.robot import CameraSpec, RobotSpec, RobotState
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.lerobot_arm.units import (
     LEROBOT_GRIPPER_MAX,
@@ -27,7 +28,6 @@ from robotrl.hardware.lerobot_arm.units import (
     units_for,
 )
 from robotrl.hardware.models import get_arm, velocity_limits
-from robotrl.hardware.robot import CameraSpec, RobotSpec, RobotState
 
 if TYPE_CHECKING:
     from lerobot.cameras import CameraConfig
@@ -160,7 +160,10 @@ class LerobotArm:
                 return
             if self._last_measured is None:
                 self.read()
-            self._follower.send_action(dict(zip(self._keys, self._last_measured.tolist(), strict=True)))
+            last = self._last_measured
+            if last is None:
+                raise RuntimeError("read() recorded no measurement to hold")
+            self._follower.send_action(dict(zip(self._keys, last.tolist(), strict=True)))
         except Exception:  # hold() must never raise
             log.exception("LerobotArm.hold failed on %s", self.port)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 NUM_ARM_JOINTS = 5
 """Joints before the gripper on an SO-100/101; the gripper is the last joint."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from robotrl.hardware.robot import CameraSpec
+from robotrl.core.robot import CameraSpec
 
 
 class CameraRenderer:

@@ -12,10 +12,10 @@ import logging
 import mujoco
 import numpy as np
 
-from robotrl.clock import Clock, SimClock
-from robotrl.hardware.errors import DeviceNotConnected
+from robotrl.core.clock import Clock, SimClock
+from robotrl.core.errors import DeviceNotConnected
+from robotrl.core.robot import CameraSpec, RobotSpec, RobotState
 from robotrl.hardware.models import ArmModel, get_arm, velocity_limits
-from robotrl.hardware.robot import CameraSpec, RobotSpec, RobotState
 from robotrl.hardware.sim_arm.render import CameraRenderer
 from robotrl.hardware.sim_arm.scene import build_arm_spec
 

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from robotrl.hardware.robot import RobotState
+from robotrl.core.robot import RobotState
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import numpy as np
 import pinocchio as pin
@@ -74,7 +75,7 @@ def cartesian_step(kinematics: Kinematics, q_rad: np.ndarray, dxyz_m: np.ndarray
     _, rot_rolled = kinematics.forward(start)
     pan_axis, pan_origin = _pan_axis(kinematics)
     axis = rotate_about(pan_axis, azimuth_change(pan_axis, pan_origin, pos0, target), rot_rolled[:, 2])
-    ik = dict(joints=ARM_JOINTS, tol_m=2e-5, limit_margin_rad=limit_margin_rad)
+    ik: dict[str, Any] = dict(joints=ARM_JOINTS, tol_m=2e-5, limit_margin_rad=limit_margin_rad)
     best = kinematics.ik(target, start, approach_axis=axis, **ik)
     if best.position_error_m > KEEP_AXIS_TOL_M:
         free = kinematics.ik(target, start, **ik)

@@ -31,9 +31,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from robotrl.hardware.errors import DeviceNotConnected
+from robotrl.core.errors import DeviceNotConnected
+from robotrl.core.robot import RobotState
 from robotrl.hardware.kinematics import Kinematics
-from robotrl.hardware.robot import RobotState
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
 from robotrl.hardware.teleop.cartesian import CartesianJogger
 
@@ -202,7 +202,7 @@ class PygameAxes:
         if self._joystick is not None:
             return
         try:
-            import pygame
+            import pygame  # pyright: ignore[reportMissingImports]  # optional, not a dependency
         except ImportError:
             raise DeviceNotConnected(
                 "the gamepad needs pygame, which robotrl does not install: `pip install pygame`") from None

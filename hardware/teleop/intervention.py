@@ -1,5 +1,5 @@
 """`TeleopIntervention`: a teleop device as the executor's intervention hook
-(human in the loop, ALGORITHMS.md section 4).
+(human in the loop, docs/algorithms.md section 4).
 
 While the device reports `intervene` (keyboard `i` toggles it, a gamepad button holds it,
 a leader arm's pedal/key), its target drives the arm and the tick is flagged; when the
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from robotrl.core.robot import RobotState
 from robotrl.hardware.teleop.base import TeleopDevice
 
 
 class TeleopIntervention:
-    """Executor hook `(tick, requested_rad) -> target | None` reading `device` each tick.
+    """An `Intervener`: a person with a teleop device, read every tick.
 
     Args:
         device: a connected `TeleopDevice`.
@@ -34,7 +35,7 @@ class TeleopIntervention:
         self.episode_takeovers = self.episode_ticks = 0
         self._active = False
 
-    def begin_episode(self, seed: int | None = None) -> None:
+    def begin_episode(self, seed: int) -> None:
         self.device.reset(self.robot.read())
         self.outcome = None
         self.episode_takeovers = self.episode_ticks = 0
@@ -43,8 +44,8 @@ class TeleopIntervention:
     def end_episode(self, success: bool) -> None:
         self._active = False
 
-    def __call__(self, tick: int, requested_rad: np.ndarray) -> np.ndarray | None:
-        command = self.device.read(self.robot.read())
+    def __call__(self, tick: int, requested_rad: np.ndarray, state: RobotState) -> np.ndarray | None:
+        command = self.device.read(state)
         events = command.events
         if events.success or events.failure:
             self.outcome = bool(events.success)

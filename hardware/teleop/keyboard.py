@@ -32,9 +32,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from robotrl.hardware.errors import DeviceNotConnected
+from robotrl.core.errors import DeviceNotConnected
+from robotrl.core.robot import RobotState
 from robotrl.hardware.kinematics import Kinematics
-from robotrl.hardware.robot import RobotState
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
 from robotrl.hardware.teleop.cartesian import CartesianJogger
 

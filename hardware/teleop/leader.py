@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from robotrl.hardware.errors import ConfigError, DeviceNotConnected
+from robotrl.core.errors import ConfigError, DeviceNotConnected
+from robotrl.core.robot import RobotState
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.lerobot_arm.units import LerobotUnits, lerobot_keys, to_radians, units_for
 from robotrl.hardware.models import get_arm
-from robotrl.hardware.robot import RobotState
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopDevice, TeleopEvents
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from robotrl.hardware.errors import ConfigError, DeviceNotConnected
+from robotrl.core.errors import ConfigError, DeviceNotConnected
+from robotrl.core.robot import RobotState
 from robotrl.hardware.lerobot_arm.units import LerobotUnits, to_radians
-from robotrl.hardware.robot import RobotState
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 ACTION_MODES = ("delta", "absolute", "ee_delta", "ee_absolute")
 EE_MODES = ("ee_delta", "ee_absolute")
@@ -85,7 +85,8 @@ class FastSlowConfig:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"FastSlowConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.execute_steps > self.horizon:
-            raise ConfigError(f"FastSlowConfig.execute_steps ({self.execute_steps}) must be <= horizon ({self.horizon})")
+            raise ConfigError(f"FastSlowConfig.execute_steps ({self.execute_steps}) must be <= "
+                              f"horizon ({self.horizon})")
         if self.action_mode not in ACTION_MODES:
             raise ConfigError(f"FastSlowConfig.action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
         if self.action_mode in EE_MODES and not self.ee_features_arm:

@@ -1,6 +1,6 @@
 """Flow-matching maths on action chunks, as pure functions of tensors.
 
-Convention (ALGORITHMS.md): flow time tau runs from 0 (noise) to 1 (data);
+Convention (docs/algorithms.md): flow time tau runs from 0 (noise) to 1 (data);
 `x_tau = tau * x1 + (1 - tau) * x0`, the velocity target is `x1 - x0`, and sampling
 integrates `dx/dtau = v(x, tau)` with Euler steps from tau = 0 to 1.
 
@@ -32,7 +32,7 @@ def prefix_tau(tau: torch.Tensor, prefix_rows: torch.Tensor, horizon: int) -> to
 
 
 def rtc_weights(horizon: int, execute_steps: int, delay: int) -> torch.Tensor:
-    """(H,) RTC guidance weights W (ALGORITHMS.md section 1, arXiv 2506.07339).
+    """(H,) RTC guidance weights W (docs/algorithms.md section 1, arXiv 2506.07339).
 
     W_i = 1 for i < d (rows that execute anyway), then an exponential decay
     c_i * (e^c_i - 1) / (e - 1) with c_i = (H - s - i) / (H - s - d + 1) for d <= i < H - s,

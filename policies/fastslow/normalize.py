@@ -14,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from robotrl.core.errors import ConfigError
 from robotrl.policies.fastslow.config import DELTA_MODES, EE_MODES
 from robotrl.policies.fastslow.ee_actions import EndEffectorActions
 
@@ -81,6 +83,8 @@ class Normalizer:
         arm: the arm model (end-effector modes only).
         """
         if action_mode in EE_MODES:
+            if arm is None:
+                raise ConfigError(f"action_mode {action_mode!r} needs the arm model (arm=)")
             rows = EndEffectorActions(arm)
             chunks, chunk_states = rows.to_ee(chunks), rows.to_ee(chunk_states[:, : chunks.shape[2]])
         if action_mode in DELTA_MODES:
@@ -104,9 +108,10 @@ class Normalizer:
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {"state_mean": self.state_mean, "state_std": self.state_std,
                "action_mean": self.action_mean, "action_std": self.action_std}
-        if self.env_mean is not None:
+        # __post_init__ sets each *_std whenever its *_mean is set
+        if self.env_mean is not None and self.env_std is not None:
             out |= {"env_mean": self.env_mean, "env_std": self.env_std}
-        if self.ee_mean is not None:
+        if self.ee_mean is not None and self.ee_std is not None:
             out |= {"ee_mean": self.ee_mean, "ee_std": self.ee_std}
         return out
 
@@ -116,7 +121,9 @@ class Normalizer:
 
     @classmethod
     def from_dict(cls, data: dict) -> Normalizer:
-        get = lambda k: None if data.get(k) is None else np.asarray(data[k], np.float32)  # noqa: E731
+        def get(k: str) -> Any:  # float32 array, or None for an absent or null key
+            return None if data.get(k) is None else np.asarray(data[k], np.float32)
+
         return cls(data["action_mode"], get("state_mean"), get("state_std"), get("action_mean"),
                    get("action_std"), get("env_mean"), get("env_std"), get("ee_mean"), get("ee_std"),
                    data.get("arm"))
@@ -142,6 +149,8 @@ class Normalizer:
         if ee is not None:
             parts.append((ee - self._t["ee_mean"]) / self._t["ee_std"])
         if relative_object_dim:
+            if env is None or ee is None:
+                raise ValueError("relative_object_dim needs both env and ee")
             parts.append(object_offsets_dm(env, ee, relative_object_dim))
         return torch.cat(parts, dim=1)
 
@@ -149,6 +158,8 @@ class Normalizer:
     def ee_actions(self) -> EndEffectorActions:
         """The arm's joint <-> end-effector row conversion (end-effector modes), built on first use."""
         if self._ee_actions is None:
+            if self.arm is None:
+                raise ConfigError(f"action_mode {self.action_mode!r} has no end-effector rows (Normalizer.arm is None)")
             self._ee_actions = EndEffectorActions(self.arm)
         return self._ee_actions
 

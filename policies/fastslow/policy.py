@@ -17,12 +17,13 @@ Deterministic: the initial noise of a chunk comes from a `torch.Generator` seede
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
 
-from robotrl.hardware.errors import ConfigError
-from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.core.errors import ConfigError
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
@@ -95,7 +96,7 @@ class FastSlowPolicy:
         noise = torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale
         prefix, rows = self._prefix(obs, state)
         with torch.no_grad():
-            kwargs = {}
+            kwargs: dict[str, Any] = {}
             if prefix is not None and c.rtc_train:
                 kwargs = {"prefix": prefix, "prefix_rows": rows}
             elif prefix is not None and self.rtc_guidance:
@@ -131,7 +132,7 @@ class FastSlowPolicy:
             actions = self.normalizer.decode_chunk(x, states).numpy().astype(np.float64)
             for row, (i, o) in enumerate(zip(batch, obs)):
                 chunks[i] = ActionChunk(actions[row], o.tick + o.delay_ticks, self.version)
-        return chunks
+        return cast(list[ActionChunk], chunks)  # every index is filled: one by one or in the batch
 
     # --- live weights (online learning) --------------------------------------------------
     def weights_bytes(self) -> bytes:

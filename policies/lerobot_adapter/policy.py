@@ -33,8 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from robotrl.hardware.errors import ConfigError
-from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.core.errors import ConfigError
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 
 STATE_KEY = "observation.state"
 ENV_KEY = "observation.environment_state"

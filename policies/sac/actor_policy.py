@@ -11,8 +11,7 @@ from pathlib import Path
 
 import torch
 
-from robotrl.policies.checkpoint import (load_weights_bytes, read_checkpoint, save_weights_bytes,
-                                         write_checkpoint)
+from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import SacActor
 

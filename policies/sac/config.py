@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.policies.sac.config import SacNetConfig
 
 LOG_2 = math.log(2.0)

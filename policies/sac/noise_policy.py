@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robotrl.hardware.errors import ConfigError
-from robotrl.policies.base import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.core.errors import ConfigError
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.sac.actor_policy import ActorPolicy, read_actor
 from robotrl.policies.sac.networks import SacActor

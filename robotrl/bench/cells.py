@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from robotrl.bench.metrics import reaction_ticks, staleness_histogram
-from robotrl.inference.chunking import (arm_deadband, boundary_discontinuity_ratio, boundary_jerk_ratio,
+from robotrl.inference.chunking import (boundary_discontinuity_ratio, boundary_jerk_ratio,
                                         prefix_consistency)
-from robotrl.inference.stepped import STEPPED_MODES, SteppedEpisode, run_stepped_episode
+from robotrl.inference.runner import EpisodeResult
+from robotrl.inference.stepped import STEPPED_MODES, run_stepped_episode
 from robotrl.sim.scenario import Scenario
 
 
@@ -123,7 +124,7 @@ def make_env(setup: BenchSetup, scenario: Scenario, clock=None):
     key = (setup.task, scenario, setup.checkpoint)
     if clock is None and key in _ENVS:
         return _ENVS[key]
-    from robotrl.hardware.robot import CameraSpec
+    from robotrl.core.robot import CameraSpec
     from robotrl.sim.env import TaskEnv
 
     cameras = ()
@@ -150,11 +151,11 @@ def run_cell(setup: BenchSetup, cell: Cell) -> dict:
     episode = run_stepped_episode(
         env, cell.seed, cell.mode, delay.low if delay.fixed else delay.draw, setup.horizon,
         threshold=setup.threshold, execute_horizon=min(setup.execute_horizon, horizon), policy=policy,
-        initial_delay_ticks=delay.high, lag_deadband_rad=arm_deadband(env.spec.num_joints, setup.lag_deadband_rad))
+        initial_delay_ticks=delay.high, lag_deadband_rad=setup.lag_deadband_rad)
     return episode_record(setup, cell, episode, env)
 
 
-def episode_record(setup: BenchSetup, cell: Cell, episode: SteppedEpisode, env) -> dict:
+def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env) -> dict:
     """The metrics of one finished episode (NaN stored as None)."""
     trace = episode.trace
     requested = episode.requested_rad()

@@ -43,7 +43,7 @@ class _FixedBuffer:
 
 
 def _robotrl(batch: int, image: int | None, updates: int) -> tuple[float, int]:
-    from robotrl.learn.algorithm import make_algorithm
+    from robotrl.learn.registry import make_algorithm
 
     spec = TransitionSpec(S, A, {"front": (image, image)} if image else {}, E)
     algo = make_algorithm("sac", spec, preset="default", overrides={"batch_size": batch, "utd_ratio": 2})

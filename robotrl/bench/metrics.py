@@ -1,4 +1,4 @@
-"""Pure metric functions of the latency and sim-to-sim benchmarks (METRICS.md).
+"""Pure metric functions of the latency and sim-to-sim benchmarks (docs/benchmarks.md).
 
 The smoothness ratios and prefix consistency live with the chunk maths
 (`robotrl.inference.chunking`), the Wilson interval with the rollouts
@@ -73,7 +73,7 @@ def histogram_stats(hist: dict) -> dict[str, float]:
 
 
 def chunk_time_s(execute_horizon: int, dt_s: float, delay_s: float, sync: bool, delay_ticks: int = 0) -> float:
-    """Time to execute one chunk's s rows (METRICS.md time model), seconds:
+    """Time to execute one chunk's s rows (docs/benchmarks.md time model), seconds:
     sync: s*dt + delta; async: s*dt + max(0, delta - d*dt) (the request went out d ticks
     before the rows ran out)."""
     base = execute_horizon * dt_s

@@ -1,6 +1,6 @@
-"""Real-time episodes through the deploy path a real arm uses (METRICS.md: real-time mode).
+"""Real-time episodes through the deploy path a real arm uses (docs/benchmarks.md: real-time mode).
 
-A `PolicyServer` on loopback ZMQ, a `ClientSocket`, and `deploy_episode` (executor +
+A `PolicyServer` on loopback ZMQ, a `ClientSocket`, and the episode runner (executor +
 `RemoteChunkSource`) driving a `TaskEnv` on the wall clock behind `SafeRobot`. Two
 loop-level perturbations exist only here:
 - latency distribution: the served policy sleeps d * dt per call, d drawn per call;
@@ -43,21 +43,22 @@ class RealtimeCell:
         return f"realtime|{self.variant}|{self.mode}|{self.seed}|{self.max_ticks}"
 
 
-class JitteredSession:
-    """A `TaskEnv` whose `step` first sleeps U(0, `late_s`) seconds (everything else is
-    the env's own)."""
+class Jitter:
+    """An episode-runner observer that sleeps U(0, `late_s`) seconds after every tick, so
+    the next tick's reading and command come late (control-rate jitter)."""
 
-    def __init__(self, env, late_s: float, seed: int) -> None:
-        self.env = env
+    def __init__(self, late_s: float, seed: int) -> None:
         self.late_s = late_s
         self._rng = np.random.default_rng(seed)
 
-    def __getattr__(self, name: str):
-        return getattr(self.env, name)
+    def on_episode_start(self, seed: int, instruction: str) -> None:
+        pass
 
-    def step(self, target_rad: np.ndarray):
+    def on_tick(self, event) -> None:
         time.sleep(self._rng.uniform(0.0, self.late_s))
-        return self.env.step(target_rad)
+
+    def on_episode_end(self, result) -> None:
+        pass
 
 
 class DelayedPolicy:
@@ -81,9 +82,10 @@ class DelayedPolicy:
 
 def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
     """One wall-clock episode; its JSON-ready record."""
-    from robotrl.clock import WallClock
-    from robotrl.inference.chunking import arm_deadband
-    from robotrl.inference.deploy import deploy_episode
+    from robotrl.core.clock import WallClock
+    from robotrl.inference.executor import ExecutorConfig
+    from robotrl.inference.remote import remote_executor
+    from robotrl.inference.runner import EpisodeRunner
     from robotrl.inference.server import PolicyServer, ServerConfig
     from robotrl.inference.stepped import ExpertChunkPolicy
     from robotrl.wire.client import ClientSocket
@@ -95,17 +97,19 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
               else ExpertChunkPolicy(env.make_expert(cell.seed), setup.horizon, env.spec))
     if cell.latency is not None:
         policy = DelayedPolicy(policy, cell.latency, env.dt_s, cell.seed)
-    session = JitteredSession(env, cell.jitter * env.dt_s, cell.seed) if cell.jitter > 0 else env
+    observers = [Jitter(cell.jitter * env.dt_s, cell.seed)] if cell.jitter > 0 else []
+    config = ExecutorConfig(cell.mode, lag_deadband_rad=setup.lag_deadband_rad)
     try:
         with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=2)) as server:
             with ClientSocket(server.endpoint, robot_id="bench") as client:
                 info = client.connect(timeout_s=10.0)
                 policy.reset()
-                ep = deploy_episode(session, client, info, seed=cell.seed, mode=cell.mode, max_ticks=cell.max_ticks,
-                                    lag_deadband_rad=arm_deadband(env.spec.num_joints, setup.lag_deadband_rad))
+                executor = remote_executor(env.robot, client, info, config, robot_id="bench")
+                runner = EpisodeRunner(env.robot, env, executor, env.clock, observers=observers)
+                ep = runner.run(cell.seed, max_ticks=cell.max_ticks)
     finally:
         env.close()
-    delays = np.asarray(ep.delays_ticks, dtype=np.float64)
+    delays = np.asarray(ep.delays_ticks(), dtype=np.float64)
     return {
         "key": cell.key, "variant": cell.variant, "scenario": cell.scenario.name,
         "mode": cell.mode, "seed": cell.seed, "success": bool(ep.success), "ticks": ep.ticks,

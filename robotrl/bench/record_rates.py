@@ -13,8 +13,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from robotrl.clock import WallClock
-from robotrl.hardware.robot import CameraSpec
+from robotrl.core.clock import WallClock
+from robotrl.core.robot import CameraSpec
 from robotrl.record.features import dataset_features
 from robotrl.record.run import record_dataset
 from robotrl.record.writer import DatasetWriter

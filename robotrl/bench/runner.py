@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

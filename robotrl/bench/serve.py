@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from robotrl.inference.server import PolicyServer, ServerConfig
-from robotrl.policies.base import ChunkPolicy
+from robotrl.core.policy import ChunkPolicy
 from robotrl.wire.client import ClientSocket
 from robotrl.wire.messages import ChunkReply, ObservationRequest
 

@@ -149,6 +149,6 @@ def notes(setup: BenchSetup, delay_a: DelaySpec, episodes: int, realtime_episode
         "by a random sleep): stepped mode advances the physics by exactly one period per tick.",
         "Latency in real time: the served policy sleeps d * dt per call (d drawn per call) on top of its own time.",
         "Camera pose only matters to a policy that reads images; it is left out for one that does not.",
-        "RT: successes / episodes on the wall clock (PolicyServer on loopback ZMQ, deploy_episode); missed ticks "
+        "RT: successes / episodes on the wall clock (PolicyServer on loopback ZMQ, the episode runner); missed ticks "
         "are control periods the loop overran on this machine; delay p50 is the measured inference delay in ticks.",
     ]

@@ -15,7 +15,7 @@ import time
 import mujoco
 import numpy as np
 
-from robotrl.hardware.robot import CameraSpec
+from robotrl.core.robot import CameraSpec
 from robotrl.hardware.safety import SafeRobot
 from robotrl.hardware.sim_arm.robot import HOME_Q_RAD, SimRobot
 from robotrl.hardware.sim_arm.scene import build_arm_spec

@@ -1,7 +1,7 @@
 """Aggregate episode records into one row per (scenario, mode, delay), and the tables.
 
 Pure functions of the records `robotrl.bench.cells.episode_record` writes. Medians over
-episodes for the per-episode ratios (METRICS.md: quote medians); success with its 95%
+episodes for the per-episode ratios (docs/benchmarks.md: quote medians); success with its 95%
 Wilson interval; speedup against the sync row of the same scenario and delay.
 """
 

@@ -1,4 +1,4 @@
-"""`robotrl bench transport`: what the wire adds to an inference round trip (METRICS.md).
+"""`robotrl bench transport`: what the wire adds to an inference round trip (docs/benchmarks.md).
 
 On loopback, one robot sends state (6,) + two 224x224x3 uint8 camera images and gets a
 (50, 6) float32 chunk back from a server thread that echoes a fixed chunk after a stub
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from robotrl.wire.client import ClientSocket
-from robotrl.wire.errors import ProtocolError, TransportTimeout
+from robotrl.core.errors import ProtocolError, TransportTimeout
 from robotrl.wire.messages import ChunkReply, ObservationRequest
 from robotrl.wire.transport import ServerSocket
 

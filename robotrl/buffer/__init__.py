@@ -1,2 +1,2 @@
 """The online buffer: transitions streamed from executors, kept in an append-only
-on-disk episode log with a RAM cache for sampling (ARCHITECTURE.md, data flow)."""
+on-disk episode log with a RAM cache for sampling (docs/architecture.md, data flow)."""

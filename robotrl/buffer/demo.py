@@ -1,6 +1,6 @@
 """Demonstrations for the replay buffer: a recorded LeRobotDataset as demo `Episode`s.
 
-Frames are decoded once (`robotrl.train.data.load_frames`), images resized to the
+Frames are decoded once (`robotrl.record.dataset.load_frames`), images resized to the
 spec's (h, w) and kept uint8. The reward of a row is the dataset's `next.reward` when it
 has one, else 0; an episode succeeded when any row's `next.success` is set (False when
 the dataset has no such column). Demo rows carry version -1 and no intervention flag.
@@ -19,7 +19,7 @@ from robotrl.record import features as F
 
 def load_demo_episodes(root: Path | str, spec: TransitionSpec, *, progress: bool = False) -> list[Episode]:
     """The episodes of the LeRobotDataset at `root`, shaped to `spec` (source "demo")."""
-    from robotrl.train.data import load_frames
+    from robotrl.record.dataset import load_frames
 
     root = Path(root)
     size_px = max((max(h, w) for h, w in spec.cameras.values()), default=8)
@@ -28,9 +28,13 @@ def load_demo_episodes(root: Path | str, spec: TransitionSpec, *, progress: bool
     if frames.states.shape[1] != spec.state_dim or frames.actions.shape[1] != spec.action_dim:
         raise ValueError(f"dataset {root}: state/action dims {frames.states.shape[1]}/{frames.actions.shape[1]}, "
                          f"the buffer expects {spec.state_dim}/{spec.action_dim}")
-    if spec.env_state_dim and frames.env_states.shape[1] != spec.env_state_dim:
-        raise ValueError(f"dataset {root}: env_state dim {frames.env_states.shape[1]}, "
-                         f"the buffer expects {spec.env_state_dim}")
+    env_states = frames.env_states
+    if spec.env_state_dim:
+        if env_states is None:  # load_frames(use_env_state=True) always reads it
+            raise RuntimeError(f"dataset {root}: load_frames returned no env_state")
+        if env_states.shape[1] != spec.env_state_dim:
+            raise ValueError(f"dataset {root}: env_state dim {env_states.shape[1]}, "
+                             f"the buffer expects {spec.env_state_dim}")
     images = {cam: _to_hwc(frames.images[cam].numpy(), spec.cameras[cam]) for cam in spec.cameras}
     reward, success = _reward_success(root, frames.num_frames)
     episodes = []
@@ -43,7 +47,7 @@ def load_demo_episodes(root: Path | str, spec: TransitionSpec, *, progress: bool
             state=frames.states[rows], action=frames.actions[rows], policy_action=frames.actions[rows],
             reward=reward[rows], intervention=np.zeros(n, bool), version=np.full(n, -1, np.int64),
             delay_ticks=np.zeros(n, np.int64), images={cam: img[rows] for cam, img in images.items()},
-            env_state=frames.env_states[rows] if spec.env_state_dim else None,
+            env_state=env_states[rows] if spec.env_state_dim and env_states is not None else None,
             instruction=frames.tasks[int(frames.task_ids[start])], done=True,
             success=bool(success[rows].any()), source="demo"))
     return episodes

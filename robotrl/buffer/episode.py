@@ -118,7 +118,7 @@ class PartialEpisode:
         done = self.last is not None
         return Episode(self.robot_id, self.episode_id, **cat, images=images, env_state=env,
                        instruction=first.instruction, done=done,
-                       success=bool(self.last.success) if done else False, source="online")
+                       success=bool(self.last.success) if self.last is not None else False, source="online")
 
 
 def _in_order(batches: dict[int, TransitionBatch], warn_key: tuple[str, int]) -> list[TransitionBatch]:

@@ -26,14 +26,15 @@ import re
 import struct
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 import numpy as np
 
 from robotrl.buffer.episode import ROW_FIELDS, Episode, PartialEpisode
+from robotrl.core.errors import ProtocolError
 from robotrl.fsutil import fsync_dir
 from robotrl.wire import codec
-from robotrl.wire.errors import ProtocolError
 from robotrl.wire.messages import TransitionBatch
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def read_segment(path: Path) -> Episode:
     view = memoryview(data)
     pos = _HEADER.size
 
-    def take(k: int) -> bytes:
+    def take(k: int) -> memoryview:
         nonlocal pos
         out = view[pos:pos + k]
         pos += k
@@ -211,7 +212,7 @@ class EpisodeLog:
         self._metas: dict[Path, SegmentMeta] = {}
         self._committed: set[tuple[str, int]] = set()
         self._partials: dict[tuple[str, int], PartialEpisode] = {}
-        self._journals: dict[tuple[str, int], object] = {}
+        self._journals: dict[tuple[str, int], BinaryIO] = {}
         self.committed_transitions = 0
         self.disk_bytes = 0
         self._next_index = 0

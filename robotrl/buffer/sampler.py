@@ -122,7 +122,7 @@ def _gather(groups: list[tuple[RowStore, np.ndarray]], field: str, images: bool 
     return out
 
 
-def _offset_slots(store: RowStore, slots: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _offset_slots(store: RowStore, slots: np.ndarray, k: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
     """(slots of rows t+k of the same episode, clipped to its last row; mask t+k in the episode).
     `k` broadcasts against slots[:, None] for chunks, or is a scalar."""
     glob = store.arrays["glob"][slots]

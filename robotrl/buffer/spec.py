@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from robotrl.wire.errors import ProtocolError
+from robotrl.core.errors import ProtocolError
 from robotrl.wire.messages import TransitionBatch
 
 

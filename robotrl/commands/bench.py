@@ -58,9 +58,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, default=1.0,
                         help="latency, sim2sim: async modes request at queued/H <= threshold (default: 1, re-plan "
                              "as soon as the previous chunk is in)")
-    parser.add_argument("--lag-deadband", type=float, metavar="RAD",
-                        help="latency, sim2sim: vlash modes carry the arm joints' tracking error beyond this "
-                             "deadband (rad) into the forwarded state (default: off)")
     parser.add_argument("--seed0", type=int,
                         help="latency, sim2sim: first seed (default: 100000, never a training seed)")
     parser.add_argument("--control-jitter", type=float, default=0.5,
@@ -125,7 +122,8 @@ def _bench_transport(args: argparse.Namespace) -> dict:
 
 def _bench_policy(args: argparse.Namespace) -> dict:
     from robotrl.bench import policy as policy_bench
-    from robotrl.errors import UserError
+    from robotrl.inference.evaluation import evaluate
+    from robotrl.core.errors import UserError
     from robotrl.policies.loading import load_policy
     from robotrl.report.table import format_table
 
@@ -136,9 +134,8 @@ def _bench_policy(args: argparse.Namespace) -> dict:
     import torch
 
     torch.set_num_threads(1)  # small models: a second OpenMP thread only helps on an idle machine
-    results = policy_bench.evaluate(load_policy(args.policy), args.task, args.episodes, scenario=args.scenario,
-                                    execute_steps=args.execute_steps, slow_every=args.slow_every,
-                                    rtc_prefix=args.rtc_prefix)
+    results = evaluate(load_policy(args.policy), args.task, args.episodes, scenario=args.scenario,
+                       execute_steps=args.execute_steps, slow_every=args.slow_every, rtc_prefix=args.rtc_prefix)
     results["checkpoint"] = str(args.policy)
     print(format_table(("metric", "value"), policy_bench.summary_rows(results)))
     return results
@@ -146,7 +143,7 @@ def _bench_policy(args: argparse.Namespace) -> dict:
 
 def _bench_serve(args: argparse.Namespace) -> dict:
     from robotrl.bench import serve
-    from robotrl.errors import UserError
+    from robotrl.core.errors import UserError
     from robotrl.policies.loading import load_policy
     from robotrl.report.table import format_table
 
@@ -177,7 +174,7 @@ def _bench_latency(args: argparse.Namespace) -> dict:
 
 def _bench_sim2sim(args: argparse.Namespace) -> dict:
     from robotrl.bench import latency, sim2sim
-    from robotrl.errors import UserError
+    from robotrl.core.errors import UserError
     from robotrl.report.table import format_table
 
     delay_a = _delays(args.delays or "2")
@@ -198,7 +195,7 @@ def _setup(args: argparse.Namespace):
     import logging
 
     from robotrl.bench.cells import BenchSetup
-    from robotrl.errors import UserError
+    from robotrl.core.errors import UserError
 
     logging.getLogger("robotrl.hardware.safety").setLevel(logging.ERROR)
 
@@ -206,18 +203,15 @@ def _setup(args: argparse.Namespace):
         raise UserError("--episodes, --horizon and --execute-steps must be at least 1")
     if not 0 <= args.threshold <= 1:
         raise UserError("--threshold must be in [0, 1]")
-    if args.lag_deadband is not None and args.lag_deadband < 0:
-        raise UserError("--lag-deadband must be >= 0 rad")
     if args.policy is not None and not args.policy.exists():
         raise UserError(f"policy checkpoint {args.policy} does not exist")
     return BenchSetup(task=args.task, checkpoint=None if args.policy is None else str(args.policy.resolve()),
-                      horizon=args.horizon, execute_horizon=args.execute_steps or 15, threshold=args.threshold,
-                      lag_deadband_rad=args.lag_deadband)
+                      horizon=args.horizon, execute_horizon=args.execute_steps or 15, threshold=args.threshold)
 
 
 def _delays(text: str) -> list:
     from robotrl.bench.cells import DelaySpec
-    from robotrl.errors import UserError
+    from robotrl.core.errors import UserError
 
     try:
         return [DelaySpec.parse(part) for part in text.split(",") if part.strip()]
@@ -226,7 +220,7 @@ def _delays(text: str) -> list:
 
 
 def _modes(args: argparse.Namespace, default: tuple[str, ...]) -> list[str]:
-    from robotrl.errors import UserError
+    from robotrl.core.errors import UserError
     from robotrl.inference.stepped import STEPPED_MODES
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else list(default)
@@ -238,7 +232,7 @@ def _modes(args: argparse.Namespace, default: tuple[str, ...]) -> list[str]:
 
 
 def _seed0(args: argparse.Namespace) -> int:
-    from robotrl.bench.policy import EVAL_SEED0
+    from robotrl.inference.evaluation import EVAL_SEED0
 
     return EVAL_SEED0 if args.seed0 is None else args.seed0
 

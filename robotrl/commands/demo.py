@@ -10,7 +10,7 @@ no hardware, no network). Each stage builds on the one before:
    shifted-physics scenario at 30 Hz on the wall clock;
 5. a short latency benchmark (stepped, injected delay): sync vs naive vs VLASH, with
    report.md and PNG plots;
-6. online fine-tuning in the shifted scenario (`deploy --learn`: learner, server taking
+6. online fine-tuning in the shifted scenario (`robotrl learn`: learner, server taking
    its weights, simulated arm streaming transitions, scripted expert intervening with a
    tapering budget), with the success and intervention curve.
 """
@@ -66,10 +66,11 @@ def _cli(argv: list[str]) -> None:
 def stage_rollouts(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
-    from robotrl.hardware.robot import CameraSpec
+    from robotrl.core.robot import CameraSpec
     from robotrl.report.table import format_table
     from robotrl.sim.env import TaskEnv
-    from robotrl.sim.rollout import expert_policy, run_episode, wilson_interval
+    from robotrl.inference.stepped import run_closed_loop
+    from robotrl.sim.rollout import expert_policy, wilson_interval
     from robotrl.sim.tasks import TASKS
     from robotrl.sim.video import FrameSink
 
@@ -78,12 +79,11 @@ def stage_rollouts(args: argparse.Namespace) -> None:
     rows = []
     for task in TASKS:
         env = TaskEnv(task, cameras=(CameraSpec("front"), CameraSpec("wrist")))
-        sink = FrameSink(None, frames_dir, fps=env.spec.control_rate_hz)
+        sink = FrameSink(None, frames_dir, fps=env.spec.control_rate_hz, prefix=task)
         results = []
         try:
             for i in tqdm(range(args.episodes), desc=f"{task:>10}", unit="ep"):
-                results.append(run_episode(env, expert_policy, args.seed + i, sink.add))
-                sink.end_episode(f"{task}_seed{args.seed + i}")
+                results.append(run_closed_loop(env, expert_policy, args.seed + i, [sink]))
         finally:
             env.close()
         wins = sum(r.success for r in results)
@@ -133,8 +133,8 @@ def stage_online(args: argparse.Namespace, policy: Path) -> None:
     _banner(6, "online fine-tuning in the shifted scenario (hil-flow learner, scripted intervener, stepped)")
     out = args.out / "online"
     shutil.rmtree(out, ignore_errors=True)
-    _cli(["deploy", "--robot", "sim", "--task", "reach", "--policy", str(policy), "--scenario", "shifted",
-          "--learn", "--algo", "hil-flow", "--learn-out", str(out), "--episodes", str(args.online_episodes),
+    _cli(["learn", "--robot", "sim", "--task", "reach", "--policy", str(policy), "--scenario", "shifted",
+          "--algo", "hil-flow", "--out", str(out), "--episodes", str(args.online_episodes),
           "--seed", str(args.seed + 2000), "--stepped-delay", "2", "--budget-ticks", "40",
           "--taper-episodes", str(max(1, args.online_episodes // 2)),
-          "--learner-args", "--min-transitions 200 --publish-every 10 --checkpoint-every 50"])
+          "--min-transitions", "200", "--publish-every", "10", "--checkpoint-every", "50"])

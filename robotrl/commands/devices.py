@@ -6,10 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 from robotrl.fleet import Fleet, check_devices, load_fleet
 from robotrl.hardware.discovery import Discovery, discover
-from robotrl.hardware.errors import DeviceNotConnected
+from robotrl.core.errors import DeviceNotConnected
 
 CAMERA_BUDGET_S = 2.0
 """Longest a single camera may take to open and deliver a frame, seconds."""

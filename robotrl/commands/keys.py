@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 
-from robotrl.record.teleop import TELEOPS, add_device_arguments, make_teleop
+from robotrl.record.teleop import TELEOPS, add_device_arguments, make_teleop, teleop_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         writer = DatasetWriter(args.root, dataset_features(session.spec, session.env_state_dim),
                                fps=args.fps, robot_type=session.spec.name, resume=args.resume)
-        teleop = make_teleop(args.teleop, args, session)
+        teleop = make_teleop(teleop_config(args.teleop, args), session)
         teleop.connect()
         before = writer.num_episodes
         try:
@@ -89,10 +89,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _make_session(args: argparse.Namespace):
-    from robotrl.clock import WallClock
+    from robotrl.core.clock import WallClock
 
     if args.robot == "sim":
-        from robotrl.hardware.robot import CameraSpec
+        from robotrl.core.robot import CameraSpec
         from robotrl.sim.env import TaskEnv
 
         size = args.image_size

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,11 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from robotrl.clock import WallClock
-    from robotrl.hardware.robot import CameraSpec
+    from robotrl.core.clock import WallClock
+    from robotrl.core.robot import CameraSpec
     from robotrl.report.table import format_table
     from robotrl.sim.env import TaskEnv
-    from robotrl.sim.rollout import POLICIES, run_episode, wilson_interval
+    from robotrl.inference.stepped import run_closed_loop
+    from robotrl.sim.rollout import POLICIES, wilson_interval
     from robotrl.sim.video import FrameSink
 
     if args.policy not in POLICIES:
@@ -38,15 +39,13 @@ def run(args: argparse.Namespace) -> int:
     cameras = (CameraSpec("front", size, size), CameraSpec("wrist", size, size)) if want_images else ()
     env = TaskEnv(args.task, args.scenario, arm=args.arm, cameras=cameras,
                   clock=WallClock() if args.realtime else None)
-    sink = FrameSink(args.video, args.png, fps=env.sim.spec.control_rate_hz) if want_images else None
+    sink = FrameSink(args.video, args.png, fps=env.sim.spec.control_rate_hz, prefix=args.task) if want_images else None
     rows = []
     try:
         for i in range(args.episodes):
             seed = args.seed + i
-            result = run_episode(env, POLICIES[args.policy], seed, sink.add if sink else None)
-            if sink:
-                sink.end_episode(f"{args.task}_seed{seed}")
-            rows.append((seed, env.instruction, "yes" if result.success else "no", round(result.return_, 2),
+            result = run_closed_loop(env, POLICIES[args.policy], seed, [sink] if sink else [])
+            rows.append((seed, env.instruction, "yes" if result.success else "no", round(result.episode_return, 2),
                          result.ticks, result.safety_clamps))
     finally:
         env.close()

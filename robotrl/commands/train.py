@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 from robotrl.policies.fastslow.config import ACTION_MODES
 
 

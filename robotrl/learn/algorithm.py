@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from robotrl.buffer.spec import TransitionSpec
-from robotrl.hardware.errors import ConfigError
-from robotrl.policies.base import ChunkPolicy
+from robotrl.core.errors import ConfigError
+from robotrl.core.policy import ChunkPolicy
 from robotrl.train.state import optimizer_from_flat, optimizer_to_flat
 
 
@@ -31,16 +29,20 @@ class Algorithm(Protocol):
         """One update step from batches of `buffer` (an OnlineBuffer) sampled with `rng`.
         Metrics include the loss terms, "ess" (ESS/B of the example weights; 1.0 when
         unweighted), "staleness_mean" and "grad_norm"."""
+        ...
 
     def policy_weights(self) -> bytes:
         """Safetensors bytes that the served policy's `load_weights` accepts."""
+        ...
 
     def served_policy(self) -> ChunkPolicy:
         """A policy with the current weights (a copy: training does not change it)."""
+        ...
 
     def state_dict(self) -> dict:
         """Everything needed to resume bitwise: networks, targets, optimizers, temperature,
         the algorithm's torch random state, counters."""
+        ...
 
     def load_state_dict(self, state: dict) -> None: ...
 
@@ -99,49 +101,3 @@ def batch_metrics(staleness: np.ndarray, intervention: np.ndarray, is_demo: np.n
             "staleness_max": float(stale.max()) if stale.size else 0.0,
             "intervention_frac": float(np.asarray(intervention, bool).mean()),
             "demo_frac": float((~online).mean())}
-
-
-# --- factory -----------------------------------------------------------------------------
-
-ALGORITHMS = ("sac", "hil-flow", "dsrl")
-
-
-def presets() -> dict[str, dict[str, object]]:
-    """Algorithm name -> preset name -> config (frozen dataclass)."""
-    from robotrl.learn.dsrl import DSRL_PRESETS
-    from robotrl.learn.hil_flow import HIL_FLOW_PRESETS
-    from robotrl.learn.sac import SAC_PRESETS
-
-    return {"sac": SAC_PRESETS, "hil-flow": HIL_FLOW_PRESETS, "dsrl": DSRL_PRESETS}
-
-
-def make_algorithm(name: str, spec: TransitionSpec, *, policy_path: Path | None = None, preset: str = "default",
-                   overrides: dict | None = None, seed: int = 0) -> Algorithm:
-    """Algorithm `name` for transitions shaped like `spec`, configured by `preset` (then
-    `overrides`, field -> value). hil-flow and dsrl start from the FastSlowPolicy at
-    `policy_path`; sac builds fresh networks."""
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
-    table = presets()[name]
-    if preset not in table:
-        raise ConfigError(f"algorithm {name!r} has no preset {preset!r}; presets: {', '.join(table)}")
-    try:
-        config = dataclasses.replace(table[preset], **(overrides or {}))
-    except TypeError as exc:
-        raise ConfigError(f"bad override for {name!r}: {exc}") from exc
-    if name == "sac":
-        from robotrl.learn.sac import Sac
-
-        return Sac(spec, config, seed=seed)
-    if policy_path is None:
-        raise ConfigError(f"algorithm {name!r} fine-tunes a flow policy: give its checkpoint (--policy PATH)")
-    from robotrl.policies.fastslow.policy import FastSlowPolicy
-
-    policy = FastSlowPolicy.load(Path(policy_path), seed=seed)
-    if name == "hil-flow":
-        from robotrl.learn.hil_flow import HilFlow
-
-        return HilFlow(spec, policy, config, seed=seed)
-    from robotrl.learn.dsrl import Dsrl
-
-    return Dsrl(spec, policy, config, seed=seed)

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from robotrl.core.errors import ConfigError
 from robotrl.fsutil import fsync_file, replace_dir
-from robotrl.hardware.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

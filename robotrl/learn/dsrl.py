@@ -21,7 +21,7 @@ import torch
 
 from robotrl.buffer.sampler import ChunkSample
 from robotrl.buffer.spec import TransitionSpec
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.learn.algorithm import batch_metrics
 from robotrl.learn.hil_flow import check_policy_spec, flow_inputs
 from robotrl.learn.sac_core import SacCore, SacCoreConfig
@@ -68,6 +68,7 @@ DSRL_PRESETS: dict[str, DsrlConfig] = {
 
 class Dsrl(SacCore):
     name = "dsrl"
+    config: DsrlConfig
 
     def __init__(self, spec: TransitionSpec, policy: FastSlowPolicy, config: DsrlConfig, *, seed: int = 0) -> None:
         c = policy.config
@@ -89,7 +90,7 @@ class Dsrl(SacCore):
                                                self.flow.config.relative_object_dim)
             cond = self.flow.model.expert.condition(latent, torch.zeros(len(state), dtype=torch.long), fresh)
         obs = {"state": inputs["state"]}
-        if self.net.env_state_dim:
+        if self.net.env_state_dim and inputs["env_state"] is not None:  # set whenever the net reads it
             obs["env_state"] = inputs["env_state"]
         return cond, obs
 

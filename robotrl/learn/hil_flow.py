@@ -14,17 +14,27 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 import torch
 
 from robotrl.buffer.sampler import ChunkSample
 from robotrl.buffer.spec import TransitionSpec
-from robotrl.hardware.errors import ConfigError
-from robotrl.learn.algorithm import (batch_metrics, check_saved_config, config_json, ess_fraction,
-                                     load_optimizer_state, module_state, optimizer_state, soft_update)
+from robotrl.core.errors import ConfigError
+from robotrl.learn.algorithm import (
+    batch_metrics,
+    check_saved_config,
+    config_json,
+    ess_fraction,
+    load_optimizer_state,
+    module_state,
+    optimizer_state,
+    soft_update,
+)
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
+from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.fastslow.slow import resize_images
 from robotrl.train.loss import Batch, flow_matching_loss
@@ -75,8 +85,18 @@ def check_policy_spec(spec: TransitionSpec, config: FastSlowConfig) -> None:
                           f"has {spec.state_dim} / {spec.action_dim}")
 
 
+class FlowInputs(TypedDict):
+    """What `flow_inputs` returns: the conditioning fields of a `Batch`."""
+
+    images: list[torch.Tensor]
+    tokens: torch.Tensor
+    state: torch.Tensor
+    env_state: torch.Tensor | None
+    ee: torch.Tensor | None
+
+
 def flow_inputs(policy: FastSlowPolicy, state: np.ndarray, env_state: np.ndarray | None,
-                images: dict[str, np.ndarray], instruction: list[str]) -> dict[str, object]:
+                images: dict[str, np.ndarray], instruction: list[str]) -> FlowInputs:
     """What the flow conditions on, as `Batch` fields (images, tokens, state, env_state,
     ee) from (B, S) states, (B, E) env_state, camera -> (B, h, w, 3) uint8 and B strings;
     images resized to the policy's size."""
@@ -168,7 +188,7 @@ class HilFlow:
         cfg = self.config
         sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, self.policy.config.horizon, learner_version, rng)
         rows = accepted_rows(sample.is_demo, sample.episode_success, sample.intervention, sample.mask)
-        accepted = rows.any(1)
+        accepted = np.asarray(rows.any(1))
         weights = row_weights(sample.episode_return, accepted, sample.intervention, rows, sample.is_demo,
                               beta=cfg.return_beta, max_weight=cfg.max_weight, w_int=cfg.w_int)
         data = batch_metrics(sample.staleness, sample.intervention[:, 0], sample.is_demo)
@@ -198,7 +218,7 @@ class HilFlow:
     def served_policy(self) -> FastSlowPolicy:
         return self._policy_copy(self.ema.model)
 
-    def _policy_copy(self, model: torch.nn.Module) -> FastSlowPolicy:
+    def _policy_copy(self, model: FastSlowModel) -> FastSlowPolicy:
         """A FastSlowPolicy around a copy of `model` (normaliser, vocabulary and sampling
         settings of the trained policy)."""
         p = self.policy

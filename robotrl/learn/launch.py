@@ -1,8 +1,10 @@
-"""`robotrl deploy --learn`: one online-learning run on this machine.
+"""Starting and stopping the processes of a run on this machine (`robotrl deploy`'s local
+server, `robotrl learn`'s learner, server and actors).
 
-Starts a learner process (`robotrl learn`), an inference server subscribed to its
-weights (`robotrl serve --weights-from`) and N-1 extra simulated actor processes
-(`robotrl deploy --server ... --transitions ...`); the calling process is actor 0. Every
+`robotrl learn` starts a learner process (`robotrl learner --config`), an inference
+server subscribed to its weights (`robotrl serve --weights-from`) and N-1 extra simulated
+actor processes (`robotrl actor --config`); the calling process is actor 0. Each child
+gets its frozen config as a JSON file in the run folder, never a rebuilt command line. Every
 actor streams its transitions to the learner and logs one CSV row per episode; at the end
 the learner gets SIGTERM (final checkpoint), the server is stopped, and the actors' logs
 are merged into `actors.csv` with a success / intervention curve (`curves.png`).
@@ -13,16 +15,17 @@ updates.csv, episodes.csv), `actor<k>.csv`, `actors.csv`, `curves.png`.
 
 from __future__ import annotations
 
-import shlex
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 
 LOCAL = "127.0.0.1"
+SERVER_START_S = 120.0
+"""How long a local server may take to load its policy and warm up."""
 
 
 def free_port() -> int:
@@ -55,32 +58,50 @@ def serve_command(policy: Path, endpoint: str, weights: str | None = None) -> li
                 *(("--weights-from", weights) if weights else ()))
 
 
-def learner_command(args, out: Path, transitions: str, weights: str) -> list[str]:
-    cmd = _cli("learn", "--algo", args.algo, "--preset", args.preset, "--buffer", str(out / "buffer"),
-               "--out", str(out / "learner"), "--policy", str(args.policy), "--transitions", transitions,
-               "--weights", weights)
-    for dataset in args.demo_dataset:
-        cmd += ["--demo-dataset", str(dataset)]
-    for setting in args.learn_set:
-        cmd += ["--set", setting]
-    cmd += shlex.split(args.learner_args)
-    if args.resume:
-        cmd.append("--resume")
-    return cmd
+def learner_command(config_file: Path) -> list[str]:
+    """`robotrl learner` of the `LearnerJob` saved in `config_file`."""
+    return _cli("learner", "--config", str(config_file))
 
 
-def actor_command(args, k: int, server: str, transitions: str, out: Path, episodes: int) -> list[str]:
-    cmd = _cli("deploy", "--robot", "sim", "--task", args.task, "--scenario", args.scenario, "--mode", args.mode,
-               "--server", server, "--transitions", transitions, "--intervene", args.intervene,
-               "--episodes", str(episodes), "--seed", str(args.seed + 100_000 * k), "--robot-id", f"actor{k}",
-               "--actor-log", str(out / f"actor{k}.csv"), "--max-seconds", str(args.max_seconds),
-               "--taper-episodes", str(args.taper_episodes), "--budget-ticks", str(args.budget_ticks),
-               "--takeover-m", str(args.takeover_m), "--takeover-gripper-rad", str(args.takeover_gripper_rad))
-    if args.stepped_delay is not None:
-        cmd += ["--stepped-delay", str(args.stepped_delay)]
-    if args.lag_deadband is not None:
-        cmd += ["--lag-deadband", str(args.lag_deadband)]
-    return cmd
+def actor_command(config_file: Path) -> list[str]:
+    """`robotrl actor` of the `ActorJob` saved in `config_file`."""
+    return _cli("actor", "--config", str(config_file))
+
+
+def start_local_server(policy: Path) -> tuple[subprocess.Popen, str]:
+    """`robotrl serve` of `policy` on a free loopback port: (process, endpoint)."""
+    if not policy.exists():
+        raise UserError(f"policy checkpoint {policy} does not exist")
+    endpoint = f"tcp://{LOCAL}:{free_port()}"
+    return subprocess.Popen(serve_command(policy, endpoint), stdout=subprocess.DEVNULL), endpoint
+
+
+def wait_for_server(endpoint: str, proc: subprocess.Popen, timeout_s: float = SERVER_START_S) -> None:
+    """Wait until the local server at `endpoint` answers a hello; its death ends the wait."""
+    from robotrl.core.errors import TransportTimeout
+    from robotrl.wire.client import ClientSocket
+
+    deadline = time.monotonic() + timeout_s
+    with ClientSocket(endpoint, robot_id="launcher") as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise UserError(f"the local inference server exited (code {proc.returncode}); "
+                                "run `robotrl serve --policy ...` on its own to see why")
+            try:
+                client.connect(timeout_s=1.0)
+                return
+            except TransportTimeout:
+                continue
+    raise UserError(f"the local inference server did not answer within {timeout_s:.0f} s")
+
+
+def curve_keys(folder: Path | None):
+    """This robot's CURVE keys in `folder` (client.key_secret, the server's server.key), or None."""
+    if folder is None:
+        return None
+    from robotrl.wire.keys import ClientKeys
+
+    return ClientKeys(secret_file=folder / "client.key_secret", server_public_file=folder / "server.key")
 
 
 def wait_for(path: Path, proc: subprocess.Popen, what: str, log: Path, timeout_s: float = 300.0) -> None:

@@ -34,12 +34,12 @@ import torch
 import zmq
 
 from robotrl.buffer.spec import SpecMismatch
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError, ProtocolError, WireError
+from robotrl.core.learning import Buffer, WeightPublisher
 from robotrl.learn.algorithm import Algorithm
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from robotrl.learn.metrics import CsvLog, plot_learning_curves, plot_update_curves, staleness_histogram
 from robotrl.wire import codec
-from robotrl.wire.errors import ProtocolError, WireError
 from robotrl.wire.messages import TransitionBatch
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class Learner:
     episodes logged), wall_s (run time over all sessions).
     """
 
-    def __init__(self, algorithm: Algorithm, buffer: Any, publisher: Any, cfg: LearnerConfig, *,
+    def __init__(self, algorithm: Algorithm, buffer: Buffer, publisher: WeightPublisher, cfg: LearnerConfig, *,
                  resume: bool = False, meta: dict | None = None) -> None:
         self.algorithm, self.buffer, self.publisher, self.cfg = algorithm, buffer, publisher, cfg
         self.meta = dict(meta or {})
@@ -151,7 +151,7 @@ class Learner:
             self._close_sockets()
             raise WireError(f"cannot bind {cfg.transitions_endpoint}: {exc} (another learner there? "
                             "pick another port)") from None
-        self.transitions_endpoint = self._pull.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.transitions_endpoint = self._pull.getsockopt_string(zmq.LAST_ENDPOINT)
 
     @property
     def wall_s(self) -> float:
@@ -257,7 +257,8 @@ class Learner:
                 raise ProtocolError(f"the transitions socket takes TransitionBatch only, not {type(batch).__name__}")
             episode = self.buffer.add(batch)
         except (SpecMismatch, ValueError) as exc:  # ValueError: rows the buffer cannot store
-            self._reject(batch.robot_id, f"rejected: {exc}")
+            # only buffer.add raises these, so batch is a TransitionBatch here
+            self._reject(batch.robot_id if isinstance(batch, TransitionBatch) else "?", f"rejected: {exc}")
             return 0
         except ProtocolError as exc:
             self._reject("?", f"rejected an undecodable transitions message: {exc}")

@@ -13,10 +13,15 @@ from __future__ import annotations
 import csv
 import math
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from robotrl.inference.runner import EpisodeResult, TickEvent
 
 STALENESS_EDGES = (0, 1, 2, 4, 8, 16, 32)
 """Lower edges of the staleness buckets (versions): [0,1), [1,2), [2,4), ..., [32, inf)."""
@@ -97,6 +102,43 @@ class CsvLog:
         os.replace(tmp, self.path)
         self.columns = columns
         self._file = self.path.open("a", newline="")
+
+
+class EpisodeLog:
+    """An episode-runner observer of an actor: one `CsvLog` row (episode, wall_s,
+    robot_id, seed, ticks, success, intervention_ticks, intervention_rate, takeovers,
+    episode_return, version_min, version_max) and one printed line per episode.
+
+    Args:
+        log: the CSV file, or None to print only.
+        robot_id: this actor's name.
+        episodes: episodes planned (for the printed "k/N").
+        wall_start_s: `time.monotonic()` that wall_s counts from.
+    """
+
+    def __init__(self, log: CsvLog | None, robot_id: str, episodes: int, wall_start_s: float) -> None:
+        self.log, self.robot_id, self.episodes, self.wall_start_s = log, robot_id, episodes, wall_start_s
+        self.done = 0
+
+    def on_episode_start(self, seed: int, instruction: str) -> None:
+        pass
+
+    def on_tick(self, event: TickEvent) -> None:
+        pass
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        r = result
+        if self.log is not None:
+            self.log.write({"episode": self.done, "wall_s": round(time.monotonic() - self.wall_start_s, 3),
+                            "robot_id": self.robot_id, "seed": r.seed, "ticks": r.ticks, "success": int(r.success),
+                            "intervention_ticks": r.intervention_ticks,
+                            "intervention_rate": round(r.intervention_ticks / max(r.ticks, 1), 4),
+                            "takeovers": r.takeovers, "episode_return": round(r.episode_return, 4),
+                            "version_min": min(r.versions, default=-1), "version_max": max(r.versions, default=-1)})
+        self.done += 1
+        print(f"  {self.robot_id} episode {self.done}/{self.episodes} seed {r.seed}: "
+              f"{'success' if r.success else 'failure'}, {r.ticks} ticks, {r.intervention_ticks} intervened, "
+              f"weights v{max(r.versions, default=-1)}", flush=True)
 
 
 def read_csv(path: Path | str) -> list[dict[str, str]]:

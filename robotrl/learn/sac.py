@@ -18,7 +18,7 @@ import torch
 
 from robotrl.buffer.sampler import TransitionSample
 from robotrl.buffer.spec import TransitionSpec
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.learn.algorithm import batch_metrics
 from robotrl.learn.sac_core import SacCore, SacCoreConfig
 from robotrl.policies.sac.config import SacNetConfig
@@ -60,6 +60,7 @@ without images (fast on CPU); tiny: small networks for tests and smoke runs."""
 
 class Sac(SacCore):
     name = "sac"
+    config: SacConfig
 
     def __init__(self, spec: TransitionSpec, config: SacConfig, *, seed: int = 0) -> None:
         net = SacNetConfig(spec.state_dim, spec.action_dim, spec.env_state_dim if config.use_env_state else 0,

@@ -22,9 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robotrl.hardware.errors import ConfigError
-from robotrl.learn.algorithm import (check_saved_config, config_json, load_optimizer_state, module_state,
-                                     optimizer_state, soft_update)
+from robotrl.core.errors import ConfigError
+from robotrl.learn.algorithm import (
+    check_saved_config,
+    config_json,
+    load_optimizer_state,
+    module_state,
+    optimizer_state,
+    soft_update,
+)
 from robotrl.policies.checkpoint import save_weights_bytes
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import CriticEnsemble, SacActor

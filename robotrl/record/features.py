@@ -17,7 +17,7 @@ the measured time lives beside it, so slow loops are visible instead of hidden.
 
 from __future__ import annotations
 
-from robotrl.hardware.robot import RobotSpec
+from robotrl.core.robot import RobotSpec
 
 STATE = "observation.state"
 ENV_STATE = "observation.environment_state"

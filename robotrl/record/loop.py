@@ -12,8 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
-from robotrl.episode import Observation, Step
-from robotrl.hardware.robot import RobotSpec
+from robotrl.core.episode import Observation, Step
+from robotrl.core.robot import RobotSpec
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopDevice
 from robotrl.record import features as F
 from robotrl.record.disturbance import Disturbance
@@ -24,7 +24,9 @@ class Session(Protocol):
     """A robot to record from: `robotrl.sim.env.TaskEnv` or `RobotSession`."""
 
     instruction: str
-    env_state_dim: int
+
+    @property
+    def env_state_dim(self) -> int: ...
 
     @property
     def spec(self) -> RobotSpec: ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 from robotrl.hardware.teleop.base import TeleopDevice
 from robotrl.record.disturbance import Disturbance
 from robotrl.record.loop import Session, record_episode

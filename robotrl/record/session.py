@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from robotrl.clock import Clock, Rate
-from robotrl.episode import Observation, Step
-from robotrl.hardware.robot import RobotSpec
+from robotrl.core.clock import Clock, Rate
+from robotrl.core.episode import Observation, Step
+from robotrl.core.robot import RobotSpec
 from robotrl.hardware.safety import SafeRobot
 
 

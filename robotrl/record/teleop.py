@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
-from robotrl.errors import UserError
+from robotrl.core.errors import UserError
 
 TELEOPS = ("expert", "keyboard", "gamepad", "leader", "replay")
 
@@ -19,27 +20,51 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-episode", type=int, default=0, help="replay teleop: episode index")
 
 
-def make_teleop(name: str, args: argparse.Namespace, session):
-    """The teleop device `name` (one of `TELEOPS`) for `session`, from the options of
-    `add_device_arguments` (+ `--noise` for the expert)."""
+@dataclass(frozen=True)
+class TeleopConfig:
+    """Which teleop device, and its settings."""
+
+    name: str
+    """One of `TELEOPS` (recording) or keyboard / gamepad / leader (interventions)."""
+    leader_port: str | None = None
+    """leader: serial port of the leader arm."""
+    leader_id: str = "leader"
+    """leader: lerobot calibration id."""
+    replay_root: Path | None = None
+    """replay: dataset whose actions are replayed."""
+    replay_episode: int = 0
+    """replay: episode index."""
+    noise_m: float = 0.0
+    """expert: noise on its Cartesian reference, metres."""
+
+
+def teleop_config(name: str, args: argparse.Namespace) -> TeleopConfig:
+    """The `TeleopConfig` of device `name` from the options of `add_device_arguments`."""
+    return TeleopConfig(name, args.leader_port, args.leader_id, args.replay_root, args.replay_episode,
+                        float(getattr(args, "noise", 0.0) or 0.0))
+
+
+def make_teleop(cfg: TeleopConfig, session):
+    """The teleop device `cfg.name` for `session` (a `TaskEnv` or `RobotSession`)."""
+    name = cfg.name
     if name == "expert":
-        if args.robot != "sim":
+        if not hasattr(session, "make_expert"):
             raise UserError(f"teleop {name} needs --robot sim (the scripted expert knows the sim task)")
         from robotrl.sim.teleop import ExpertTeleop
 
-        return ExpertTeleop(session, noise_m=args.noise)
+        return ExpertTeleop(session, noise_m=cfg.noise_m)
     if name == "replay":
-        if args.replay_root is None:
+        if cfg.replay_root is None:
             raise UserError("the replay teleop needs --replay-root")
         from robotrl.hardware.teleop.replay import ReplayTeleop
 
-        return ReplayTeleop(args.replay_root, args.replay_episode)
+        return ReplayTeleop(cfg.replay_root, cfg.replay_episode)
     if name == "leader":
-        if not args.leader_port:
+        if not cfg.leader_port:
             raise UserError("the leader teleop needs --leader-port")
         from robotrl.hardware.teleop.leader import LeaderArmTeleop
 
-        return LeaderArmTeleop(session.spec.name, port=args.leader_port, robot_id=args.leader_id)
+        return LeaderArmTeleop(session.spec.name, port=cfg.leader_port, robot_id=cfg.leader_id)
     from robotrl.hardware.kinematics import Kinematics
     from robotrl.hardware.models import get_arm
 

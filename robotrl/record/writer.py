@@ -14,11 +14,11 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from robotrl.errors import UserError
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError, UserError
 from robotrl.record.commit import commit, recover
 
 log = logging.getLogger(__name__)
@@ -137,16 +137,15 @@ class DatasetWriter:
     def _open(self):
         if self._dataset is not None:
             return self._dataset
+        import av.logging
         from lerobot.configs.video import RGBEncoderConfig
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-        import av
 
         # lerobot hands FFmpeg back its own stderr logger after every video, and x264
         # then prints its statistics: keep FFmpeg's native level at errors.
         av.logging.set_libav_level(av.logging.ERROR)
         encoder = RGBEncoderConfig(vcodec=VIDEO_CODEC, preset=VIDEO_PRESET)
-        options = dict(streaming_encoding=True, rgb_encoder=encoder, video_backend="pyav")
+        options: dict[str, Any] = dict(streaming_encoding=True, rgb_encoder=encoder, video_backend="pyav")
         if self._fresh:
             self._dataset = LeRobotDataset.create(
                 self.repo_id, self.fps, self.features, root=self.root, robot_type=self.robot_type,

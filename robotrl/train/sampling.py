@@ -4,7 +4,7 @@ Indices are absolute frame indices into the dataset; an episode spans
 [episode_start, episode_end) (end exclusive). All functions work elementwise on
 numpy arrays (one entry per example) as well as on Python ints.
 
-- **VLASH offset** (ALGORITHMS.md section 1): for an example at frame t and offset k,
+- **VLASH offset** (docs/algorithms.md section 1): for an example at frame t and offset k,
   the image is frame t, the state is frame t + k and the target chunk is actions
   t + k .. t + k + H - 1. The offset is clipped so the state exists; chunk rows past
   the episode end repeat the last action and are masked out of the loss.

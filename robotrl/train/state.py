@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 
 TENSORS_FILE = "training_state.safetensors"
 JSON_FILE = "training_state.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.policies.checkpoint import read_config
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
@@ -25,7 +25,7 @@ from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.normalize import Normalizer
 from robotrl.policies.fastslow.policy import POLICY_TYPE, FastSlowPolicy
 from robotrl.policies.fastslow.vocab import Vocabulary
-from robotrl.train.data import FrameTable, load_frames
+from robotrl.record.dataset import FrameTable, load_frames
 from robotrl.train.loss import Batch, flow_matching_loss
 from robotrl.train.sampling import chunk_indices, sample_examples
 from robotrl.train.state import load_training_state, save_training_state
@@ -222,7 +222,7 @@ class Trainer:
                             {"losses": self.losses, "evals": self.evals})
 
     def evaluate(self) -> dict:
-        from robotrl.bench.policy import evaluate
+        from robotrl.inference.evaluation import evaluate
 
         result = evaluate(self.policy(), self.cfg.task, self.cfg.eval_episodes, progress=self.progress)
         result["step"] = self.step

@@ -12,11 +12,19 @@ from typing import Any
 
 import zmq
 
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch
 from robotrl.wire import codec
-from robotrl.wire.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch
 from robotrl.wire.keys import ClientKeys, load_keypair, load_public_key
-from robotrl.wire.messages import (PROTOCOL_VERSION, ErrorReply, Heartbeat, HeartbeatAck, Hello,
-                                   HelloReply, Message)
+from robotrl.wire.messages import (
+    PROTOCOL_VERSION,
+    ErrorReply,
+    Heartbeat,
+    HeartbeatAck,
+    Hello,
+    HelloReply,
+    Message,
+    ObservationRequest,
+)
 from robotrl.wire.transport import _ms, send_frames
 
 log = logging.getLogger(__name__)
@@ -113,6 +121,8 @@ class ClientSocket:
         """Send `msg` (which has a `request_id`) and return the reply with that
         `request_id` (a `ChunkReply` or `ErrorReply`); late replies to older requests are
         dropped. Raises `TransportTimeout` when none arrives within `timeout_s`."""
+        if not isinstance(msg, ObservationRequest):
+            raise TypeError(f"request() takes an ObservationRequest (it has a request_id), not {type(msg).__name__}")
         deadline = time.monotonic() + timeout_s
         self.send(msg, timeout_s)
         while True:
@@ -143,12 +153,19 @@ class ClientSocket:
             self._keepalive()
             now = time.monotonic()
             next_heartbeat_s = max(self._last_rx_s, self._last_hb_s) + self.heartbeat_s
-            if self._sock.poll(_ms(min(deadline, next_heartbeat_s) - now), zmq.POLLIN):
+            if self._open_sock().poll(_ms(min(deadline, next_heartbeat_s) - now), zmq.POLLIN):
                 msg = self._receive()
                 if msg is not None or (until_ready and self.ready):
                     return msg
             elif time.monotonic() >= deadline:
                 return None
+
+    def _open_sock(self) -> zmq.Socket:
+        """The socket of `_open()`. Only `close()` clears it, and nothing uses it after that
+        until the next `_open()` (`ready` is False, `_keepalive` raises right after)."""
+        if self._sock is None:
+            raise PeerLost(f"not connected to {self.endpoint} (reconnecting); poll() until ready")
+        return self._sock
 
     def _open(self) -> None:
         """A fresh DEALER socket, connected, with the hello queued."""
@@ -169,7 +186,7 @@ class ClientSocket:
         frames = codec.encode(msg, jpeg_quality=self.jpeg_quality)
         self.last_encode_ns = time.perf_counter_ns() - t0
         self.last_sent_bytes = sum(memoryview(f).nbytes for f in frames)
-        send_frames(self._sock, frames, timeout_s, self.endpoint)
+        send_frames(self._open_sock(), frames, timeout_s, self.endpoint)
 
     def _keepalive(self) -> None:
         """Probe the server when one is due; declare it lost after too many unanswered."""
@@ -196,7 +213,7 @@ class ClientSocket:
 
     def _receive(self) -> Message | None:
         """Decode one message; handle hello replies, heartbeat acks and re-hellos."""
-        frames = self._sock.recv_multipart(copy=False)
+        frames = self._open_sock().recv_multipart(copy=False)
         t0 = time.perf_counter_ns()
         msg = codec.decode([f.buffer for f in frames])
         self.last_decode_ns = time.perf_counter_ns() - t0

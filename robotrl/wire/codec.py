@@ -20,12 +20,12 @@ import math
 import struct
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 
-from robotrl.wire.errors import ProtocolError, VersionMismatch
+from robotrl.core.errors import ProtocolError, VersionMismatch
 from robotrl.wire.messages import PROTOCOL_VERSION, Hello, Message, ObservationRequest
 
 INLINE_LIMIT_BYTES = 64 * 1024
@@ -37,7 +37,7 @@ _INDEX = struct.Struct("<I")
 _MAX_NDIM = 32
 _ALLOWED_DTYPES: dict[bytes, np.dtype] = {
     np.dtype(code).newbyteorder(order).str.encode(): np.dtype(code).newbyteorder(order)
-    for code in "?bBhHiIlLqQefdFD" for order in "<>"
+    for code in "?bBhHiIlLqQefdFD" for order in ("<", ">")
 }
 
 Buffer = bytes | bytearray | memoryview
@@ -89,14 +89,14 @@ def decode(frames: Buffer | Sequence[Buffer]) -> Message:
     arrays whose byte count does not match their shape, disallowed dtypes, bad JPEG, and
     a `Hello` of another version (`VersionMismatch`, naming both versions).
     """
-    if isinstance(frames, (bytes, bytearray, memoryview)):
-        frames = (frames,)
-    if not frames:
+    # one buffer (pyright reads a memoryview as a possible Sequence[Buffer] too)
+    parts = cast(Sequence[Buffer], (frames,) if isinstance(frames, (bytes, bytearray, memoryview)) else frames)
+    if not parts:
         raise ProtocolError("empty message: expected at least the msgpack payload frame")
 
-    _local.frames = frames
+    _local.frames = parts
     try:
-        msg = _DECODER.decode(frames[0])
+        msg = _DECODER.decode(parts[0])
     except ProtocolError:
         raise
     except (msgspec.MsgspecError, ValueError, TypeError, OverflowError, RecursionError,

@@ -17,7 +17,7 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
-from robotrl.wire.errors import WireError
+from robotrl.core.errors import WireError
 
 _BANNER = ("#   ****  Generated on {when} by robotrl keys  ****\n"
            "#   ZeroMQ CURVE {kind} Certificate\n"
@@ -85,7 +85,8 @@ def load_public_key(key_file: Path) -> bytes:
 
 def _load(path: Path) -> tuple[bytes, bytes | None]:
     if not Path(path).is_file():
-        raise FileNotFoundError(f"CURVE key file {path} not found: create one with `robotrl keys --out DIR --name NAME`")
+        raise FileNotFoundError(f"CURVE key file {path} not found: "
+                                "create one with `robotrl keys --out DIR --name NAME`")
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (ValueError, OSError) as exc:

@@ -26,11 +26,10 @@ from typing import Any
 import zmq
 import zmq.auth.thread
 
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WireError
 from robotrl.wire import codec
-from robotrl.wire.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WireError
 from robotrl.wire.keys import ServerKeys, load_keypair
-from robotrl.wire.messages import (PROTOCOL_VERSION, ErrorReply, Heartbeat, HeartbeatAck, Hello,
-                                   HelloReply, Message)
+from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, Heartbeat, HeartbeatAck, Hello, HelloReply, Message
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class ServerSocket:
         except BaseException:
             self.close()
             raise
-        self.endpoint: str = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         """The bound endpoint, with the real port when `endpoint` asked for `*`."""
 
     def _bind(self, endpoint: str) -> None:

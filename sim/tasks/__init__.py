@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.sim.tasks.base import Task
 from robotrl.sim.tasks.pick_place import PickPlaceTask
 from robotrl.sim.tasks.reach import ReachTask

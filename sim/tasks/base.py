@@ -9,7 +9,16 @@ from typing import Protocol
 import mujoco
 import numpy as np
 
+from robotrl.core.errors import DeviceNotConnected
 from robotrl.hardware.sim_arm.robot import SimRobot
+
+
+def sim_data(robot: SimRobot) -> mujoco.MjData:
+    """`robot.data`, the physics state a task reads and places objects in; raises
+    `DeviceNotConnected` before `robot.connect()`."""
+    if robot.data is None:
+        raise DeviceNotConnected("SimRobot is not connected: call connect() first")
+    return robot.data
 
 
 @dataclass
@@ -51,4 +60,6 @@ class Task(Protocol):
         """(env_state_dim,) privileged task features (object positions), metres."""
         ...
 
-    def make_expert(self, robot: SimRobot) -> Expert: ...
+    def make_expert(self, robot: SimRobot, noise_m: float = 0.0) -> Expert:
+        """The scripted expert; `noise_m`: noise on its Cartesian reference, metres."""
+        ...

@@ -10,7 +10,7 @@ import numpy as np
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.sim_arm.robot import SimRobot
 from robotrl.sim.experts import CartesianMover
-from robotrl.sim.tasks.base import Evaluation
+from robotrl.sim.tasks.base import Evaluation, sim_data
 
 COLORS = {"red": (0.85, 0.12, 0.1, 1), "green": (0.1, 0.7, 0.2, 1), "blue": (0.12, 0.3, 0.9, 1)}
 CUBE_HALF_M = 0.015
@@ -87,7 +87,8 @@ class PickPlaceTask:
         self._kin = self._kin or Kinematics(robot.arm)
         side = rng.choice([-1.0, 1.0])
         self.bin_m = np.array([rng.uniform(*BIN_X_RANGE_M), side * BIN_Y_ABS_M, 0.0])
-        robot.data.mocap_pos[robot.model.body("bin").mocapid[0]] = self.bin_m
+        data = sim_data(robot)
+        data.mocap_pos[robot.model.body("bin").mocapid[0]] = self.bin_m
         placed: list[np.ndarray] = []
         for color in COLORS:
             while True:
@@ -97,8 +98,8 @@ class PickPlaceTask:
             placed.append(xy)
             yaw = rng.uniform(-np.pi / 4, np.pi / 4)
             adr = robot.model.joint(f"cube_{color}").qposadr[0]
-            robot.data.qpos[adr:adr + 7] = [*xy, CUBE_HALF_M, np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
-        mujoco.mj_forward(robot.model, robot.data)
+            data.qpos[adr:adr + 7] = [*xy, CUBE_HALF_M, np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
+        mujoco.mj_forward(robot.model, data)
         self.target_color = str(rng.choice(list(COLORS)))
         return f"put the {self.target_color} cube in the bin"
 
@@ -108,15 +109,16 @@ class PickPlaceTask:
     def cube_pose(self, robot: SimRobot, color: str) -> tuple[np.ndarray, float]:
         """Cube centre (3,) in metres and its yaw in radians."""
         adr = robot.model.joint(f"cube_{color}").qposadr[0]
-        pos = robot.data.qpos[adr:adr + 3].copy()
-        w, x, y, z = robot.data.qpos[adr + 3:adr + 7]
+        qpos = sim_data(robot).qpos
+        pos = qpos[adr:adr + 3].copy()
+        w, x, y, z = qpos[adr + 3:adr + 7]
         return pos, float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
 
     def evaluate(self, robot: SimRobot) -> Evaluation:
         assert self._kin is not None
         cube, _ = self.cube_pose(robot, self.target_color)
         inside = bool(np.all(np.abs(cube[:2] - self.bin_m[:2]) < BIN_INNER_HALF_M) and cube[2] < 0.04)
-        released = np.linalg.norm(self._kin.ee_position(robot.q_true_rad) - cube) > 0.04
+        released = bool(np.linalg.norm(self._kin.ee_position(robot.q_true_rad) - cube) > 0.04)
         success = inside and released
         ee = self._kin.ee_position(robot.q_true_rad)
         shaping = -np.linalg.norm(ee - cube) - np.linalg.norm(cube[:2] - self.bin_m[:2])

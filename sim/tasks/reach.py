@@ -12,7 +12,7 @@ import numpy as np
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.sim_arm.robot import SimRobot
 from robotrl.sim.experts import CartesianMover
-from robotrl.sim.tasks.base import Evaluation
+from robotrl.sim.tasks.base import Evaluation, sim_data
 
 TOUCH_M = 0.02
 TARGET_LOW_M = np.array([0.16, -0.15, 0.04])
@@ -71,8 +71,9 @@ class ReachTask:
         return ReachExpert(self, Kinematics(robot.arm), robot.spec.dt_s, noise_m)
 
     def _place(self, robot: SimRobot) -> None:
-        robot.data.mocap_pos[self._mocap] = self.target_m
-        mujoco.mj_forward(robot.model, robot.data)
+        data = sim_data(robot)
+        data.mocap_pos[self._mocap] = self.target_m
+        mujoco.mj_forward(robot.model, data)
 
 
 class ReachExpert:

@@ -1,4 +1,5 @@
-"""The `ChunkPolicy` protocol: a policy that answers an observation with an action chunk.
+"""The `ChunkPolicy` protocol, the optional capabilities the server checks by type, and
+the data a policy exchanges: an observation in, an action chunk out.
 
 Actions are absolute joint-position targets in robot units (radians), never normalised,
 so a chunk can cross a process boundary and be spliced by absolute tick.
@@ -7,7 +8,7 @@ so a chunk can cross a process boundary and be spliced by absolute tick.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -73,3 +74,38 @@ class ChunkPolicy(Protocol):
     def predict_chunk(self, obs: PolicyObservation) -> ActionChunk: ...
 
     def reset(self) -> None: ...
+
+
+@runtime_checkable
+class SlowFastPolicy(ChunkPolicy, Protocol):
+    """A `ChunkPolicy` with a slow pathway (docs/algorithms.md section 2): `encode_slow`
+    turns images and instruction into a latent at a low rate; the fast pathway answers
+    every request from the newest latent and its age. The server and the local chunk
+    source keep one latent per robot (`robotrl.inference.latents.LatentCache`)."""
+
+    def encode_slow(self, obs: PolicyObservation) -> Any:
+        """The latent of `obs.images` and `obs.instruction` (opaque to the caller)."""
+        ...
+
+    def predict_chunk(self, obs: PolicyObservation, latent: Any = None,
+                      latent_age_ticks: int = 0) -> ActionChunk:
+        """The fast pathway from `latent` (encoded now when None), `latent_age_ticks`
+        older than `obs.tick`."""
+        ...
+
+
+@runtime_checkable
+class BatchedPolicy(Protocol):
+    """A policy that answers many robots' observations in one model call; a
+    `SlowFastPolicy` takes one latent and latent age per observation too."""
+
+    def predict_chunks(self, observations: list[PolicyObservation], *latents_and_ages: Any) -> list[ActionChunk]: ...
+
+
+@runtime_checkable
+class ReloadablePolicy(Protocol):
+    """A policy whose weights can be swapped while it serves (online learning)."""
+
+    def load_weights(self, data: bytes) -> None:
+        """Replace the weights with safetensors `data` (same architecture)."""
+        ...

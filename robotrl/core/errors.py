@@ -1,8 +1,30 @@
-"""Typed errors of the wire layer; each message says what to do about it."""
+"""Every typed error of robotrl, by subsystem; each message says what to do next.
+
+The CLI prints a `USER_ERRORS` exception as one line and exits 2 (no traceback).
+"""
 
 from __future__ import annotations
 
 
+# -- hardware ------------------------------------------------------------------------------
+class HardwareError(RuntimeError):
+    """Base class for hardware-layer errors."""
+
+
+class DeviceNotConnected(HardwareError):
+    """A device was used before `connect()` or could not be reached."""
+
+
+class SafetyTrip(HardwareError):
+    """The e-stop latch is set; the arm was told to hold before this was raised."""
+
+
+class ConfigError(ValueError):
+    """A configuration (fleet file, robot name, limits, policy or learner config) is
+    invalid; names the field."""
+
+
+# -- wire ----------------------------------------------------------------------------------
 class WireError(Exception):
     """Base class of every error raised by `robotrl.wire`."""
 
@@ -42,3 +64,12 @@ class VersionMismatch(ProtocolError):
             "computer and the inference server", identity)
         self.local_version = local_version
         self.remote_version = remote_version
+
+
+# -- user input ----------------------------------------------------------------------------
+class UserError(Exception):
+    """Bad input from the user (arguments, files, devices); the message says what to fix."""
+
+
+USER_ERRORS = (UserError, ConfigError, DeviceNotConnected, SafetyTrip, WireError, FileNotFoundError)
+"""Errors the CLI prints as one line (exit 2): bad input, unreachable devices or peers."""

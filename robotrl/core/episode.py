@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robotrl.hardware.robot import RobotState
+from robotrl.core.robot import RobotState
 
 
 @dataclass

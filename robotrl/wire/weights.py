@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from robotrl.core.errors import ProtocolError, WireError
 from robotrl.wire import codec
-from robotrl.wire.errors import ProtocolError, WireError
 from robotrl.wire.messages import ErrorReply, WeightsAnnouncement, WeightsRequest
 
 log = logging.getLogger(__name__)
@@ -224,7 +224,8 @@ class WeightSubscriber:
             while not self._stop.is_set():
                 now = time.monotonic()
                 if asked_at is not None and now - asked_at > self.request_timeout_s:
-                    dealer.close(linger=0)  # lazy pirate: a fresh socket, ask again
+                    if dealer is not None:  # always: asked_at is only set once a dealer exists
+                        dealer.close(linger=0)  # lazy pirate: a fresh socket, ask again
                     dealer, asked_at, next_ask = None, None, now
                 if asked_at is None and now >= next_ask:
                     dealer = dealer or _dealer(ctx, self.latest_endpoint)
@@ -282,7 +283,7 @@ def _bind(sock: zmq.Socket, endpoint: str) -> str:
         sock.bind(endpoint)
     except zmq.ZMQError as exc:
         raise WireError(f"cannot bind {endpoint}: {exc} (another learner there? pick another port)") from None
-    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
 def _dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:

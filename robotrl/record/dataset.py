@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robotrl.hardware.errors import ConfigError
+from robotrl.core.errors import ConfigError
 from robotrl.policies.fastslow.slow import resize_images
 from robotrl.record import features as F
 
@@ -90,6 +90,8 @@ def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image
     episodes = data["episode_index"].reshape(-1)
     start, end = _episode_bounds(episodes)
     tasks_df = ds.meta.tasks
+    if tasks_df is None:
+        raise ConfigError(f"dataset {root}: meta lists no tasks")
     tasks = [""] * (int(tasks_df["task_index"].max()) + 1)
     for text, idx in zip(tasks_df.index, tasks_df["task_index"]):
         tasks[int(idx)] = str(text)
@@ -98,7 +100,10 @@ def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image
     firsts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
     for first in tqdm(firsts, desc="decoding videos", unit="ep", disable=not progress):
         ep, last = int(episodes[first]), int(end[first])
-        meta = ds.meta.episodes[ep]
+        episodes_meta = ds.meta.episodes
+        if episodes_meta is None:  # loaded whenever the dataset has episodes
+            raise ConfigError(f"dataset {root}: meta lists no episodes")
+        meta = episodes_meta[ep]
         for cam in cameras:
             key = F.image_key(cam)
             ts = (timestamps[first:last] + meta[f"videos/{key}/from_timestamp"]).tolist()

@@ -1,0 +1,87 @@
+"""`ArmConfig` and `open_arm`: the arm an episode runs on, simulated or real, as the three
+things the episode runner needs (a `SafeRobot`, a `Task`, a clock).
+
+- sim: a `TaskEnv` (MuJoCo SO-101, the task and scenario named), rendering the served
+  policy's cameras; wall clock, or a `SimClock` for stepped runs.
+- so101 / so100: lerobot's SO follower (`LerobotArm`, radians at its boundary) behind
+  `SafeRobot` with its watchdog thread, an `ArmTask` with the instruction; wall clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from robotrl.core.clock import Clock, SimClock, WallClock
+from robotrl.core.errors import UserError
+from robotrl.core.robot import CameraSpec
+from robotrl.core.task import Task
+from robotrl.hardware.safety import SafeRobot
+from robotrl.inference.runner import ArmTask
+
+ROBOTS = ("sim", "so101", "so100")
+
+
+@dataclass(frozen=True)
+class ArmConfig:
+    """Which arm, and what it should do."""
+
+    robot: str = "sim"
+    """sim (MuJoCo SO-101), so101 or so100 (a real arm through lerobot)."""
+    task: str = "reach"
+    """sim: the task (reach, pick_place); a real arm: the instruction."""
+    scenario: str = "shifted"
+    """sim: nominal or shifted physics."""
+    port: str | None = None
+    """Real arm: serial port of the follower."""
+    robot_id: str = "follower"
+    """Real arm: lerobot calibration id; also this robot's name for the server and learner."""
+
+    def __post_init__(self) -> None:
+        if self.robot not in ROBOTS:
+            raise UserError(f"unknown robot {self.robot!r}; choose {', '.join(ROBOTS)}")
+        if self.robot != "sim" and not self.port:
+            raise UserError(f"--robot {self.robot} needs --port (see `robotrl devices`)")
+
+    @property
+    def simulated(self) -> bool:
+        return self.robot == "sim"
+
+    @property
+    def name(self) -> str:
+        """The robot's name on the wire (server and learner)."""
+        return f"{self.robot}-{self.robot_id}"
+
+
+@dataclass
+class OpenArm:
+    """An arm ready for the episode runner; `close()` disconnects it."""
+
+    robot: SafeRobot
+    task: Task
+    clock: Clock
+
+    def close(self) -> None:
+        self.robot.disconnect()
+
+
+def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> OpenArm:
+    """Connect the arm of `config` with the cameras the served policy reads
+    (`server_info`: the server's hello reply). `stepped`: a simulated arm on a `SimClock`."""
+    if server_info.get("env_state_dim") and not config.simulated:
+        raise UserError("this policy reads privileged simulation state (trained with --env-state); "
+                        "it cannot drive a real arm")
+    if config.simulated:
+        from robotrl.sim.env import TaskEnv
+
+        size = int(server_info.get("image_size_px") or 0)
+        cameras = tuple(CameraSpec(name, size, size) for name in server_info.get("cameras", ()))
+        env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=SimClock() if stepped else WallClock())
+        return OpenArm(env.robot, env, env.clock)
+    if stepped:
+        raise UserError("stepped runs are for simulated arms (--robot sim)")
+    from robotrl.hardware.lerobot_arm.robot import LerobotArm
+
+    clock = WallClock()
+    robot = SafeRobot(LerobotArm(config.robot, port=config.port, robot_id=config.robot_id), clock=clock)
+    robot.connect(watchdog_thread=True)
+    return OpenArm(robot, ArmTask(robot, config.task), clock)

@@ -1,0 +1,78 @@
+"""`evaluate`: success rate of a chunk policy in simulation (`robotrl bench policy`, the
+trainer's periodic evaluation).
+
+The episode runner in stepped mode (`SimClock`, deterministic per seed) with a
+synchronous executor: observe, predict a chunk (delay 0), execute its first s rows,
+observe again ("sync+rtc": the unexecuted rows go along as the RTC prefix). A policy with
+a slow pathway refreshes its latent every `slow_every` chunks through the same
+`LatentCache` the server uses; the latent age distribution is reported.
+
+Seeds start at `EVAL_SEED0`, far from the recorder's default seeds (0, 1, ...), so
+evaluation episodes are never training episodes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from robotrl.core.policy import ChunkPolicy
+from robotrl.core.robot import CameraSpec
+from robotrl.inference.executor import Executor, ExecutorConfig, LocalChunkSource
+from robotrl.inference.runner import EpisodeResult, EpisodeRunner
+from robotrl.sim.env import TaskEnv
+from robotrl.sim.rollout import wilson_interval
+
+EVAL_SEED0 = 100_000
+
+
+def make_env(policy: ChunkPolicy, task: str, scenario: str = "nominal") -> TaskEnv:
+    """A stepped TaskEnv rendering the policy's cameras at its image size."""
+    meta = policy.metadata
+    size = meta.image_size_px
+    return TaskEnv(task, scenario, cameras=tuple(CameraSpec(c, size, size) for c in meta.cameras))
+
+
+def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int = EVAL_SEED0,
+             execute_steps: int | None = None, scenario: str = "nominal", slow_every: int = 1,
+             rtc_prefix: bool = False, progress: bool = True) -> dict:
+    """Success rate with its 95% Wilson interval, returns, lengths, timing, latent ages."""
+    from tqdm import tqdm
+
+    meta = policy.metadata
+    s = execute_steps or getattr(getattr(policy, "config", None), "execute_steps", None) or meta.horizon
+    if not 1 <= s <= meta.horizon:
+        raise ValueError(f"execute_steps must be in 1..{meta.horizon}, got {s}")
+    config = ExecutorConfig("sync+rtc" if rtc_prefix else "sync", execute_horizon=s)
+    env = make_env(policy, task, scenario)
+    results: list[EpisodeResult] = []
+    times_s: list[float] = []
+    ages: Counter[int] = Counter()
+    try:
+        for seed in tqdm(range(seed0, seed0 + episodes), desc=f"eval {task}", unit="ep", disable=not progress,
+                         leave=False):
+            policy.reset()
+            source = LocalChunkSource(policy, 0, seed=seed, slow_every=slow_every)
+            executor = Executor(env.robot, source, meta.horizon, config)
+            results.append(EpisodeRunner(env.robot, env, executor, env.clock).run(seed))
+            times_s += source.predict_s
+            ages.update(source.latents.ages() if source.latents is not None else [])
+    finally:
+        env.close()
+    wins = int(sum(r.success for r in results))
+    low, high = wilson_interval(wins, episodes)
+    times = np.array(times_s) * 1e3
+    return {
+        "policy_type": meta.policy_type, "task": task, "scenario": scenario, "episodes": episodes,
+        "seeds": [seed0, seed0 + episodes - 1], "execute_steps": s, "horizon": meta.horizon,
+        "slow_every": slow_every, "rtc_prefix": rtc_prefix, "successes": wins, "success_rate": wins / episodes,
+        "wilson95_low": low, "wilson95_high": high,
+        "mean_return": float(np.mean([r.episode_return for r in results])),
+        "mean_ticks": float(np.mean([r.ticks for r in results])),
+        "mean_ticks_success": float(np.mean([r.ticks for r in results if r.success])) if wins else None,
+        "safety_clamps": int(sum(r.safety_clamps for r in results)),
+        "chunk_ms_p50": float(np.percentile(times, 50)), "chunk_ms_p95": float(np.percentile(times, 95)),
+        "latent_age_ticks": {str(k): v for k, v in sorted(ages.items())},
+        "failed_seeds": [int(r.seed) for r in results if not r.success],
+    }

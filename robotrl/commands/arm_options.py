@@ -1,0 +1,61 @@
+"""Options `robotrl deploy`, `robotrl actor` and `robotrl learn` share: the arm, the
+executor and the server, turned into their frozen configs."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+
+from robotrl.core.errors import UserError
+from robotrl.inference.arm import ArmConfig
+from robotrl.inference.executor import MODES, ExecutorConfig
+
+
+def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--robot", default="sim", help="sim (MuJoCo SO-101), so101 or so100 (real arm through lerobot)")
+    parser.add_argument("--task", default="reach", help="sim: task name (reach, pick_place); real arm: the instruction")
+    parser.add_argument("--scenario", default="shifted", help="sim: nominal or shifted physics (default: shifted)")
+    parser.add_argument("--port", help="real arm: serial port of the follower")
+    parser.add_argument("--robot-id", default="follower",
+                        help="real arm: lerobot calibration id; also this robot's name for the server and learner")
+    parser.add_argument("--mode", default="vlash", help=f"execution mode: {', '.join(MODES)} (default: vlash)")
+    parser.add_argument("--episodes", type=int, default=3, help="episodes to run (default: 3)")
+    parser.add_argument("--seed", type=int, default=0, help="sim: seed of the first episode")
+    parser.add_argument("--max-seconds", type=float, default=20.0, help="longest episode in seconds")
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", type=Path, help="checkpoint to serve locally (needed without --server)")
+    parser.add_argument("--server", help="endpoint of a running `robotrl serve`, e.g. tcp://gpu-box:5555; "
+                                         "without it a local server process is started on loopback")
+    parser.add_argument("--curve-keys", type=Path,
+                        help="folder with this robot's client.key_secret and the server's server.key (CURVE)")
+
+
+def arm_config(args: argparse.Namespace) -> ArmConfig:
+    return ArmConfig(args.robot, args.task, args.scenario, args.port, args.robot_id)
+
+
+def executor_config(args: argparse.Namespace) -> ExecutorConfig:
+    try:
+        return ExecutorConfig(args.mode)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def server_endpoint(args: argparse.Namespace) -> tuple[str, subprocess.Popen | None]:
+    """--server, or a local `robotrl serve --policy` started (and answering) now."""
+    from robotrl.learn.launch import start_local_server, wait_for_server
+
+    if args.server:
+        return args.server, None
+    if args.policy is None:
+        raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
+    proc, endpoint = start_local_server(args.policy)
+    try:
+        wait_for_server(endpoint, proc)
+    except BaseException:
+        proc.terminate()
+        raise
+    return endpoint, proc

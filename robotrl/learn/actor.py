@@ -1,0 +1,156 @@
+"""`ActorJob` and `run_actor`: the robot side of online learning (`robotrl actor`; the
+actors `robotrl learn` starts).
+
+An actor runs episodes on its arm through the inference server, streams every tick to the
+learner (`TransitionRecorder`), lets a scripted expert (sim) or a person with a teleop
+device take over (docs/algorithms.md section 4), and logs one CSV row per episode.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from robotrl.core.errors import UserError
+from robotrl.core.task import Intervener
+from robotrl.inference.arm import ArmConfig, OpenArm
+from robotrl.inference.executor import ExecutorConfig
+
+INTERVENERS = ("none", "scripted", "keyboard", "gamepad", "leader")
+HANDBACK_FRACTION = 1 / 3
+"""The scripted expert hands back once the drift is below this share of `takeover_m`."""
+ACTOR_SEED_STRIDE = 100_000
+"""Actor k of a run plays seeds seed + k * ACTOR_SEED_STRIDE, ... (no two arms share a seed)."""
+
+
+@dataclass(frozen=True)
+class InterventionConfig:
+    """Who may take over, and the scripted expert's budget."""
+
+    who: str = "none"
+    """none; scripted (sim: the task's expert, when the policy drifts); or a person with
+    keyboard (i toggles), gamepad or leader, whose success/failure keys end and label
+    the episode."""
+    budget_ticks: int = 150
+    """scripted: intervention ticks allowed in the first episode."""
+    taper_episodes: int = 100
+    """scripted: episodes over which the budget falls to 0."""
+    takeover_m: float = 0.06
+    """scripted: takes over when the policy's end-effector target is this far (m) from the
+    expert's; hands back within `HANDBACK_FRACTION` of it."""
+    takeover_gripper_rad: float = 0.5
+    """scripted: also takes over when the gripper targets differ by more than this (rad;
+    closing in the air); 0: position only."""
+    leader_port: str | None = None
+    """leader: serial port of the leader arm."""
+    leader_id: str = "leader"
+    """leader: lerobot calibration id."""
+
+    def __post_init__(self) -> None:
+        if self.who not in INTERVENERS:
+            raise UserError(f"unknown intervener {self.who!r}; choose {', '.join(INTERVENERS)}")
+
+
+@dataclass(frozen=True)
+class ActorJob:
+    """One actor: its arm, server, learner and interventions."""
+
+    arm: ArmConfig
+    server: str
+    """Endpoint of the inference server."""
+    transitions: str | None = None
+    """The learner's transitions endpoint; None streams nothing."""
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    intervention: InterventionConfig = field(default_factory=InterventionConfig)
+    episodes: int = 3
+    seed: int = 0
+    """Seed of the first episode (sim)."""
+    max_seconds: float = 20.0
+    """Longest episode."""
+    stepped_delay: int | None = None
+    """sim: a simulated clock, each chunk taken in exactly this many ticks after its request."""
+    log: Path | None = None
+    """CSV file: one row per episode."""
+    curve_keys: Path | None = None
+    """Folder with this robot's client.key_secret and the server's server.key (CURVE)."""
+
+    def __post_init__(self) -> None:
+        if not self.arm.simulated and (self.intervention.who == "scripted" or self.stepped_delay is not None):
+            raise UserError("scripted interventions and --stepped-delay are for simulated arms (--robot sim)")
+        if self.episodes < 1 or self.max_seconds <= 0:
+            raise UserError("an actor needs episodes >= 1 and max_seconds > 0")
+
+
+def make_intervener(config: InterventionConfig, arm: OpenArm) -> tuple[Intervener | None, object | None]:
+    """(the intervener, the teleop device to disconnect at the end or None)."""
+    if config.who == "none":
+        return None, None
+    if config.who == "scripted":
+        from robotrl.sim.intervener import ScriptedIntervener
+
+        return ScriptedIntervener(arm.task, takeover_m=config.takeover_m,
+                                  handback_m=config.takeover_m * HANDBACK_FRACTION,
+                                  takeover_gripper_rad=config.takeover_gripper_rad or None,
+                                  initial_budget_ticks=config.budget_ticks,
+                                  taper_episodes=config.taper_episodes), None
+    from robotrl.hardware.teleop.intervention import TeleopIntervention
+    from robotrl.record.teleop import TeleopConfig, make_teleop
+
+    device = make_teleop(TeleopConfig(config.who, config.leader_port, config.leader_id), arm.robot)
+    device.connect()
+    return TeleopIntervention(device, arm.robot), device
+
+
+def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
+    """Run the episodes of `job`; their `EpisodeResult`s (traces dropped)."""
+    from robotrl.inference.arm import open_arm
+    from robotrl.inference.remote import remote_executor
+    from robotrl.inference.runner import EpisodeRunner
+    from robotrl.inference.transitions import TransitionRecorder, TransitionStreamer
+    from robotrl.learn.launch import curve_keys
+    from robotrl.learn.metrics import CsvLog, EpisodeLog
+    from robotrl.wire.client import ClientSocket
+
+    start = time.monotonic() if wall_start_s is None else wall_start_s
+    with ExitStack() as stack:
+        client = ClientSocket(job.server, robot_id=job.arm.name, curve=curve_keys(job.curve_keys))
+        stack.callback(client.close)
+        info = client.connect(timeout_s=10.0)
+        arm = open_arm(job.arm, info, stepped=job.stepped_delay is not None)
+        stack.callback(arm.close)
+        intervener, device = make_intervener(job.intervention, arm)
+        if device is not None:
+            stack.callback(device.disconnect)
+        executor = remote_executor(arm.robot, client, info, job.executor, robot_id=job.arm.name,
+                                   stepped_delay=job.stepped_delay, intervener=intervener)
+        log = None
+        if job.log is not None:
+            job.log.unlink(missing_ok=True)
+            log = CsvLog(job.log)
+            stack.callback(log.close)
+        observers: list = [EpisodeLog(log, job.arm.name, job.episodes, start)]
+        if job.transitions:
+            streamer = TransitionStreamer(job.transitions, job.arm.name, served_spec(info, arm.robot.spec.num_joints))
+            stack.callback(streamer.close)
+            observers.append(TransitionRecorder(streamer))
+        runner = EpisodeRunner(arm.robot, arm.task, executor, arm.clock, observers=observers)
+        max_ticks = int(job.max_seconds * arm.robot.spec.control_rate_hz)
+        results = []
+        for i in range(job.episodes):
+            result = runner.run(job.seed + i, max_ticks)
+            result.trace, result.received = [], []  # long runs: keep the outcome, not every tick
+            results.append(result)
+        return results
+
+
+def served_spec(server_info: dict, num_joints: int):
+    """The `TransitionSpec` of the rows an arm of `num_joints` streams for the served
+    policy (its cameras at its image size, its privileged features)."""
+    from robotrl.buffer.spec import TransitionSpec
+
+    size = int(server_info.get("image_size_px") or 0)
+    return TransitionSpec(num_joints, int(server_info["action_dim"]),
+                          {cam: (size, size) for cam in server_info.get("cameras", ())},
+                          int(server_info.get("env_state_dim") or 0))

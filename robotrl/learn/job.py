@@ -1,0 +1,140 @@
+"""`LearnerJob`: everything one learner process needs, as one frozen config, and
+`run_learner`, which runs it (`robotrl learner`; `robotrl learn` writes one to a file
+for its learner child).
+
+Executors stream transitions to `loop.transitions_endpoint` (PULL); servers subscribe to
+`weights` (PUB on that port, the latest-weights socket on port + 1). SIGINT/SIGTERM stop
+it with a final checkpoint; `resume` continues a run (also after kill -9) from
+`loop.out` and the buffer log.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from robotrl.buffer.spec import TransitionSpec
+from robotrl.core.errors import UserError
+from robotrl.learn.learner import Learner, LearnerConfig
+
+SERVED = "served"
+"""Folder in the run folder with a checkpoint of the served policy: as of the (resumed)
+start while the learner runs, its final weights once it stops."""
+
+
+@dataclass(frozen=True)
+class LearnerJob:
+    """One learner process: algorithm, buffer, transition spec, loop."""
+
+    algo: str
+    """sac (RLPD / HIL-SERL), hil-flow (weighted flow fine-tuning), dsrl (SAC over the noise)."""
+    buffer: Path
+    """Online buffer folder (episode log), created if new."""
+    loop: LearnerConfig
+    """Run folder, endpoints, update / publish / checkpoint cadence."""
+    preset: str = "default"
+    overrides: dict = field(default_factory=dict)
+    """Preset fields replaced (field -> JSON value)."""
+    policy: Path | None = None
+    """Flow policy checkpoint (hil-flow, dsrl); also gives the transition spec."""
+    demo_datasets: tuple[Path, ...] = ()
+    """LeRobotDatasets loaded as demo transitions."""
+    weights: str = "tcp://*:5561"
+    """Weights PUB endpoint; the latest-weights socket binds port + 1."""
+    resume: bool = False
+    spec: TransitionSpec | None = None
+    """What executors send; None: from `policy`, or OUT/spec.json on resume."""
+    capacity: int = 200_000
+    """Online transitions kept in RAM."""
+    online_ratio: float = 0.5
+    """Share of each batch from online rows, the rest demo + interventions."""
+    staleness_cap: int | None = None
+    """Never sample online rows more than this many versions old."""
+    fsync: bool = True
+    """fsync the buffer log (crash-safe); False is faster."""
+    threads: int = 1
+    """torch CPU threads."""
+
+
+def resolve_spec(job: LearnerJob) -> TransitionSpec:
+    """The job's spec, else OUT/spec.json on resume, else the policy's config."""
+    saved = Path(job.loop.out) / "spec.json"
+    if job.spec is not None:
+        return job.spec
+    if job.resume and saved.is_file():
+        try:
+            return TransitionSpec.from_dict(json.loads(saved.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"cannot read the transition spec {saved}: {exc}") from None
+    if job.policy is None:
+        raise UserError("give the transition spec (--spec, or the --state-dim ... flags) or a --policy")
+    from robotrl.policies.checkpoint import read_config
+
+    c = read_config(job.policy).get("config", {})
+    size = int(c.get("image_size_px", 0))
+    return TransitionSpec(int(c["state_dim"]), int(c["action_dim"]), {cam: (size, size) for cam in c.get("cameras", ())},
+                          int(c.get("env_state_dim", 0)) if c.get("use_env_state") else 0)
+
+
+def run_learner(job: LearnerJob) -> Learner:
+    """Run the learner of `job` until it is stopped or its limits end it; the stopped learner."""
+    import torch
+
+    from robotrl.buffer.online import OnlineBuffer
+    from robotrl.learn.learner import run_exists
+    from robotrl.learn.registry import make_algorithm
+    from robotrl.wire.weights import WeightPublisher, weight_endpoints
+
+    out = Path(job.loop.out)
+    torch.set_num_threads(max(1, job.threads))
+    if not job.resume and run_exists(out):
+        raise UserError(f"{out} holds a learner run: pass --resume to continue it or choose another --out")
+    spec = resolve_spec(job)
+    pub_endpoint, latest_endpoint = weight_endpoints(job.weights)
+    algorithm = make_algorithm(job.algo, spec, policy_path=job.policy, preset=job.preset, overrides=job.overrides,
+                               seed=job.loop.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spec.json").write_text(json.dumps(spec.to_dict(), indent=1))
+    buffer = OnlineBuffer(job.buffer, spec, job.capacity, online_ratio=job.online_ratio,
+                          staleness_cap=job.staleness_cap, fsync=job.fsync)
+    meta = {"spec": spec.to_dict(), "algo": job.algo, "preset": job.preset, "overrides": job.overrides,
+            "policy": str(job.policy) if job.policy else None, "buffer": str(job.buffer)}
+    publisher = learner = None
+    try:
+        for path in job.demo_datasets:
+            print(f"demo transitions from {path}: {buffer.add_demo_dataset(path, progress=True)}")
+        print(f"buffer {job.buffer}: {buffer.committed_episodes} episodes, {buffer.committed_transitions} "
+              f"online transitions recovered in {buffer.recovery_s:.2f} s")
+        publisher = WeightPublisher(pub_endpoint, latest_endpoint)
+        learner = Learner(algorithm, buffer, publisher, job.loop, resume=job.resume, meta=meta)
+        algorithm.served_policy().save(out / SERVED)  # what a server starts from (`serve --policy`)
+        print(f"transitions: {learner.transitions_endpoint}  weights: {publisher.pub_endpoint} "
+              f"(latest: {publisher.latest_endpoint})", flush=True)
+        with _stop_on_signals(learner):
+            learner.run()
+        algorithm.served_policy().save(out / SERVED)  # the final weights, for `serve` / `deploy`
+        print(f"{learner.updates} updates, weights version {learner.version}, {learner.episodes} episodes, "
+              f"{learner.rejected} batches rejected; checkpoint {learner.checkpoint_path}, curves {out}")
+    finally:
+        for part in (learner, publisher, buffer):
+            if part is not None:
+                part.close()
+    return learner
+
+
+class _stop_on_signals:
+    """SIGINT/SIGTERM -> `learner.stop()` (the loop then checkpoints and returns)."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner = learner
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, lambda *_: self.learner.stop())
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]

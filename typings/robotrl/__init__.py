@@ -1,0 +1,1 @@
+../../robotrl/__init__.py
