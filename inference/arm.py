@@ -82,6 +82,7 @@ def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> 
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
 
     clock = WallClock()
+    assert config.port is not None  # checked by ArmConfig
     robot = SafeRobot(LerobotArm(config.robot, port=config.port, robot_id=config.robot_id), clock=clock)
     robot.connect(watchdog_thread=True)
     return OpenArm(robot, ArmTask(robot, config.task), clock)

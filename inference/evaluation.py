@@ -34,6 +34,16 @@ def make_env(policy: ChunkPolicy, task: str, scenario: str = "nominal") -> TaskE
     return TaskEnv(task, scenario, cameras=tuple(CameraSpec(c, size, size) for c in meta.cameras))
 
 
+def evaluation_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, config: ExecutorConfig,
+                       slow_every: int = 1) -> tuple[EpisodeResult, LocalChunkSource]:
+    """One evaluation episode: `policy` through a `LocalChunkSource` (delay 0) and the
+    episode runner on `env`'s clock; the result and the source (its timings and latents)."""
+    policy.reset()
+    source = LocalChunkSource(policy, 0, seed=seed, slow_every=slow_every)
+    executor = Executor(env.robot, source, policy.metadata.horizon, config)
+    return EpisodeRunner(env.robot, env, executor, env.clock).run(seed), source
+
+
 def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int = EVAL_SEED0,
              execute_steps: int | None = None, scenario: str = "nominal", slow_every: int = 1,
              rtc_prefix: bool = False, progress: bool = True) -> dict:
@@ -52,10 +62,8 @@ def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int =
     try:
         for seed in tqdm(range(seed0, seed0 + episodes), desc=f"eval {task}", unit="ep", disable=not progress,
                          leave=False):
-            policy.reset()
-            source = LocalChunkSource(policy, 0, seed=seed, slow_every=slow_every)
-            executor = Executor(env.robot, source, meta.horizon, config)
-            results.append(EpisodeRunner(env.robot, env, executor, env.clock).run(seed))
+            result, source = evaluation_episode(env, policy, seed, config, slow_every)
+            results.append(result)
             times_s += source.predict_s
             ages.update(source.latents.ages() if source.latents is not None else [])
     finally:

@@ -265,18 +265,18 @@ class Executor:
                 self._drop_plan()
                 row, origin = self._next_row(now, state, env_state)
             self.intervening = human is not None
+        assert self._hold_rad is not None
         planned = self._hold_rad if row is None else row
         requested = planned if human is None else np.asarray(human, dtype=np.float64)
         sent = np.asarray(self.robot.command(requested), dtype=np.float64)
         self._hold_rad = sent.copy()
-        held = row is None
-        got = None if held else self.received[origin]
+        got = None if origin is None else self.received[origin]
         record = TickRecord(
             tick=now, requested_rad=np.array(requested), sent_rad=sent,
-            chunk_id=-1 if held else got.chunk_id, version=-1 if held else got.chunk.version,
-            obs_tick=-1 if held else got.obs_tick,
-            delay_ticks=self.delay.estimate() if held else got.request_delay_ticks,
-            queue_len=len(self._queue), paused=held, intervened=human is not None,
+            chunk_id=-1 if got is None else got.chunk_id, version=-1 if got is None else got.chunk.version,
+            obs_tick=-1 if got is None else got.obs_tick,
+            delay_ticks=self.delay.estimate() if got is None else got.request_delay_ticks,
+            queue_len=len(self._queue), paused=got is None, intervened=human is not None,
             policy_rad=None if human is None else np.array(planned))
         self.trace.append(record)
         self.now_tick = now + 1
@@ -327,6 +327,7 @@ class Executor:
             obs.prefix_rad = self._unexecuted
         if self.mode.startswith("vlash"):
             start = self._hold_rad  # the last target sent: where the step clamp starts from
+            assert start is not None  # set by the first tick
             in_flight = self._planned(now, d)
             obs.state_rad = forward_state(start, in_flight, d, max_step_rad=self.max_step_rad)
             if self.lag_deadband_rad is not None:

@@ -38,7 +38,7 @@ from robotrl.inference.latents import LatentCache
 from robotrl.wire.weights import WeightSubscriber, weight_endpoints
 from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout
 from robotrl.wire.keys import ServerKeys
-from robotrl.wire.messages import ChunkReply, ErrorReply, ObservationRequest
+from robotrl.wire.messages import ChunkReply, ErrorReply, Message, ObservationRequest
 from robotrl.wire.transport import ServerSocket
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,8 @@ class PolicyServer:
         self.stats = LatencyStats()
         self.endpoint = config.endpoint
         self._requests: queue.Queue[_Pending] = queue.Queue()
-        self._replies: queue.Queue[tuple[bytes, object]] = queue.Queue()
-        self._pending_weights: tuple[int, object] | None = None
+        self._replies: queue.Queue[tuple[bytes, Message]] = queue.Queue()
+        self._pending_weights: tuple[int, bytes] | None = None
         self._latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
         self._newest_obs: dict[str, PolicyObservation] = {}
         self._lock = threading.Lock()
@@ -139,7 +139,7 @@ class PolicyServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def set_weights(self, version: int, weights: object) -> None:
+    def set_weights(self, version: int, weights: bytes) -> None:
         """Queue new weights (passed to `policy.load_weights`); they take effect before
         the next batch, never inside a chunk."""
         with self._lock:
@@ -266,7 +266,7 @@ class PolicyServer:
                 actions=np.asarray(chunk.actions_rad, dtype=np.float32), version=self.version,
                 timings_ns={"queue": queue_ns, "model": model_ns, "total": total_ns}))
 
-    def _reply(self, identity: bytes, reply: object) -> None:
+    def _reply(self, identity: bytes, reply: Message) -> None:
         self._replies.put((identity, reply))
         try:
             self._wake_push.send(b"", zmq.NOBLOCK)

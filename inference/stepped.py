@@ -21,6 +21,7 @@ from robotrl.inference.ensemble import EnsembleExecutor
 from robotrl.inference.executor import MODES, Executor, ExecutorConfig, LocalChunkSource
 from robotrl.inference.runner import EpisodeObserver, EpisodeResult, EpisodeRunner
 from robotrl.sim.env import TaskEnv
+from robotrl.sim.tasks.base import Expert
 
 STEPPED_MODES = (*MODES, "ensemble")
 
@@ -45,12 +46,12 @@ class ExpertChunkPolicy:
         version: weight version stamped on every chunk.
     """
 
-    def __init__(self, expert, horizon: int, spec, version: int = 0) -> None:
+    def __init__(self, expert: Expert, horizon: int, spec: RobotSpec, version: int = 0) -> None:
         self.expert = expert
         self.version = version
         self._metadata = PolicyMetadata("scripted_expert", horizon, spec.num_joints,
                                         spec.control_rate_hz, spec.num_joints)
-        self._snapshots: dict[int, object] = {}  # tick -> expert before its row for that tick
+        self._snapshots: dict[int, Expert] = {}  # tick -> expert before its row for that tick
         self._last_obs_tick: int | None = None
 
     @property
@@ -74,7 +75,7 @@ class ExpertChunkPolicy:
         self._snapshots = {}
         self._last_obs_tick = None
 
-    def _resume(self, start: int, obs_tick: int, q_rad: np.ndarray):
+    def _resume(self, start: int, obs_tick: int, q_rad: np.ndarray) -> Expert:
         if self._last_obs_tick is not None and obs_tick <= self._last_obs_tick:
             self._snapshots = {}
         self._last_obs_tick = obs_tick
@@ -87,7 +88,7 @@ class ExpertChunkPolicy:
         return expert
 
 
-def _clone(expert):
+def _clone(expert: Expert) -> Expert:
     """A copy of `expert` and its mover that can step on without changing the original
     (their arrays are replaced on every step, never written in place)."""
     twin = copy.copy(expert)

@@ -23,7 +23,8 @@ COMMANDS: dict[str, str] = {
     "learn": "a whole online-learning run here: learner + server taking its weights + simulated actors",
     "learner": "the online learner process: pull transitions, update (sac, hil-flow, dsrl), publish weights",
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
-    "bench": "benchmarks (sim: control-step and render rates)",
+    "bench": "benchmarks, each with its own options: sim, record, transport, serve, policy, buffer, learner, "
+             "latency, sim2sim (`robotrl bench NAME --help`)",
     "train": "train a fast/slow flow-matching chunk policy on a LeRobot dataset",
     "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }

@@ -90,6 +90,7 @@ class TaskEnv:
         at the task's tick limit."""
         self.tick = tick
         self.task.on_tick(self.sim, tick)
+        self.sim.sync()  # physics up to now: the command of the last tick has been executed
         ev = self.task.evaluate(self.sim)
         return TaskOutcome(ev.reward, ev.success, ev.success or tick >= self.task.max_ticks, ev.info)
 

@@ -21,11 +21,14 @@ def test_help_is_fast_and_lists_every_command():
         assert command in out.stdout
 
 
-@pytest.mark.parametrize("command", ["sim", "record", "train", "serve", "deploy", "actor", "learner", "learn", "bench",
-                                     "keys", "demo", "devices"])
+BENCHES = ["sim", "record", "transport", "serve", "policy", "buffer", "learner", "latency", "sim2sim"]
+
+
+@pytest.mark.parametrize("command", ["sim", "record", "train", "serve", "deploy", "actor", "learner", "learn", "keys",
+                                     "demo", "devices", *(f"bench {name}" for name in BENCHES)])
 def test_every_option_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
-        main([command, "--help"])
+        main([*command.split(), "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
     options = [line for line in text.splitlines() if line.strip().startswith("--")]
@@ -118,3 +121,20 @@ def test_demo_runs_every_stage_with_tiny_budgets(tmp_path, capsys, monkeypatch):
     assert "inference delay (ticks)" in text  # the deploy stage ran over the local server
     assert len((out / "online" / "actors.csv").read_text().splitlines()) == 3  # header + 2 online episodes
     assert (out / "online" / "learner" / "checkpoint" / "meta.json").is_file()  # the learner stopped cleanly
+
+
+def test_each_benchmark_has_only_its_own_options(capsys):
+    def options(name: str) -> set[str]:
+        with pytest.raises(SystemExit):
+            main(["bench", name, "--help"])
+        return {word.strip(",") for word in capsys.readouterr().out.split() if word.startswith("--")}
+
+    assert options("transport") == {"--help", "--out", "--repeats"}
+    assert "--jitter" in options("latency") and "--jitter" not in options("sim2sim")
+    assert "--slow-every" in options("policy") and "--delays" not in options("policy")
+
+
+def test_bench_policy_needs_a_checkpoint(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "policy"])
+    assert exc.value.code == 2 and "--policy" in capsys.readouterr().err

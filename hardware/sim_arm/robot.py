@@ -97,7 +97,7 @@ class SimRobot:
         self._t0_s = self.clock.now()
 
     def read(self) -> RobotState:
-        data = self._sync()
+        data = self.sync()
         images = self._renderer.render(data) if self._renderer is not None else {}
         q = data.qpos[self._qadr].copy()
         if self.q_noise_rad > 0:
@@ -106,7 +106,7 @@ class SimRobot:
                           dq_rad_s=data.qvel[self._dofadr].copy(), images=images)
 
     def command(self, target_rad: np.ndarray) -> np.ndarray:
-        data = self._sync()
+        data = self.sync()
         target = np.asarray(target_rad, dtype=np.float64)
         if target.shape != (self._spec.num_joints,):
             raise ValueError(f"command needs shape ({self._spec.num_joints},), got {target.shape}")
@@ -117,7 +117,7 @@ class SimRobot:
     def hold(self) -> None:
         try:
             if self.data is not None:
-                data = self._sync()
+                data = self.sync()
                 data.ctrl[self._act] = data.qpos[self._qadr]
         except Exception:  # hold() must never raise
             log.exception("SimRobot.hold failed")
@@ -132,7 +132,7 @@ class SimRobot:
         """Physics time since the last reset, seconds."""
         return float(self._require().time)
 
-    def _sync(self) -> mujoco.MjData:
+    def sync(self) -> mujoco.MjData:
         """Step physics until it has caught up with the clock."""
         data = self._require()
         behind_s = (self.clock.now() - self._t0_s) - data.time

@@ -109,6 +109,7 @@ def _lerobot_rows(b: TransitionBatch, torch) -> list:
     """(state dict, action, reward) per row the way lerobot's actor builds them (float32,
     images CHW in [0, 1], batch dim 1). Conversion is counted in the add time."""
     out = []
+    assert b.env_state is not None  # make_episode always fills it
     for i in range(len(b.ticks)):
         state = {"observation.state": torch.from_numpy(b.state[i:i + 1]),
                  "observation.environment_state": torch.from_numpy(b.env_state[i:i + 1])}
@@ -142,6 +143,7 @@ def kill9(root: Path, image_px: int, episode_len: int, batch_rows: int, commits:
     code = (f"from robotrl.bench.buffer import writer_main; "
             f"writer_main({str(root)!r}, {image_px}, {episode_len}, {batch_rows})")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         reported = [int(proc.stdout.readline()) for _ in range(commits)]
         time.sleep(0.05)  # let it get into the next episode

@@ -11,15 +11,21 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from robotrl.bench.metrics import reaction_ticks, staleness_histogram
-from robotrl.inference.chunking import (boundary_discontinuity_ratio, boundary_jerk_ratio,
-                                        prefix_consistency)
+from robotrl.inference.chunking import boundary_discontinuity_ratio, boundary_jerk_ratio, prefix_consistency
 from robotrl.inference.runner import EpisodeResult
 from robotrl.inference.stepped import STEPPED_MODES, run_stepped_episode
 from robotrl.sim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from robotrl.core.clock import Clock
+    from robotrl.core.policy import ChunkPolicy
+    from robotrl.hardware.kinematics import Kinematics
+    from robotrl.sim.env import TaskEnv
 
 
 @dataclass(frozen=True)
@@ -103,12 +109,12 @@ class Cell:
         return f"{self.scenario.name}|{self.mode}|{self.delay.label}|{self.seed}"
 
 
-_ENVS: dict[tuple, object] = {}
-_POLICIES: dict[str, object] = {}
-_KINEMATICS: dict[str, object] = {}
+_ENVS: dict[tuple, TaskEnv] = {}
+_POLICIES: dict[str, ChunkPolicy] = {}
+_KINEMATICS: dict[str, Kinematics] = {}
 
 
-def load_checkpoint(path: str):
+def load_checkpoint(path: str) -> ChunkPolicy:
     """The checkpoint's `ChunkPolicy`, loaded once per process."""
     if path not in _POLICIES:
         from robotrl.policies.loading import load_policy
@@ -117,7 +123,7 @@ def load_checkpoint(path: str):
     return _POLICIES[path]
 
 
-def make_env(setup: BenchSetup, scenario: Scenario, clock=None):
+def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) -> TaskEnv:
     """A `TaskEnv` for (task, scenario) rendering the checkpoint's cameras (none for the
     expert, which reads privileged state). Stepped (`clock` None): this process's cached
     one; with a clock (e.g. `WallClock`): a new one, the caller closes it."""
@@ -155,7 +161,7 @@ def run_cell(setup: BenchSetup, cell: Cell) -> dict:
     return episode_record(setup, cell, episode, env)
 
 
-def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env) -> dict:
+def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env: TaskEnv) -> dict:
     """The metrics of one finished episode (NaN stored as None)."""
     trace = episode.trace
     requested = episode.requested_rad()
@@ -180,17 +186,18 @@ def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env) -
         "prefix_consistency_rad": _finite(np.nanmean(prefix)) if any(np.isfinite(prefix)) else None,
         "jump_tick": None, "reaction_ticks": None,
     }
-    jump_tick = getattr(env.task, "jump_tick", None)
+    task: Any = env.task  # reach's `jump_tick` and `target_m` are not part of the `Task` protocol
+    jump_tick = getattr(task, "jump_tick", None)
     if jump_tick is not None:  # reach: the target after the jump is the current one
         kin = _kinematics(env)
         ee = np.stack([kin.ee_position(q) for q in sent])
         record["jump_tick"] = int(jump_tick)
-        record["reaction_ticks"] = reaction_ticks(ee, env.task.target_m, jump_tick, env.dt_s,
+        record["reaction_ticks"] = reaction_ticks(ee, task.target_m, jump_tick, env.dt_s,
                                                   setup.reaction_speed_m_s)
     return record
 
 
-def _kinematics(env):
+def _kinematics(env: TaskEnv) -> Kinematics:
     """The pinocchio model of `env`'s arm, built once per process."""
     name = env.sim.arm.name
     if name not in _KINEMATICS:

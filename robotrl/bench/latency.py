@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, chunk_horizon, make_env, run_cell
 from robotrl.bench.plots import plot_latency
@@ -60,7 +61,7 @@ def run(setup: BenchSetup, *, delays: list[DelaySpec], modes: list[str], episode
         Table(f"Targets at d = {TARGET_DELAY}", ("target", "value", "met"),
               [(t["target"], t["value"], met_text(t["met"])) for t in targets]),
     ], results, plots=plots, notes=notes(setup, s, horizon, dt_s, episodes, wall_s))
-    return sanitize(results)
+    return cast(dict, sanitize(results))  # a dict sanitizes to a dict
 
 
 def detail_cells(row: dict) -> tuple:

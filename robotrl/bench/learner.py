@@ -44,9 +44,11 @@ class _FixedBuffer:
 
 def _robotrl(batch: int, image: int | None, updates: int) -> tuple[float, int]:
     from robotrl.learn.registry import make_algorithm
+    from robotrl.learn.sac import Sac
 
     spec = TransitionSpec(S, A, {"front": (image, image)} if image else {}, E)
     algo = make_algorithm("sac", spec, preset="default", overrides={"batch_size": batch, "utd_ratio": 2})
+    assert isinstance(algo, Sac)  # make_algorithm("sac", ...) builds a Sac
     buffer, rng = _FixedBuffer(_data(batch, image, np.random.default_rng(0))), np.random.default_rng(0)
     algo.update(buffer, 0, rng)  # warm-up
     start = time.perf_counter()
@@ -67,7 +69,8 @@ def _lerobot(batch: int, image: int | None, updates: int) -> tuple[float, int]:
                 "observation.environment_state": PolicyFeature(FeatureType.ENV, (E,))}
     if image:
         features["observation.images.front"] = PolicyFeature(FeatureType.VISUAL, (3, image, image))
-    cfg = GaussianActorConfig(input_features=features, output_features={"action": PolicyFeature(FeatureType.ACTION, (A,))},
+    cfg = GaussianActorConfig(input_features=features,
+                              output_features={"action": PolicyFeature(FeatureType.ACTION, (A,))},
                               device="cpu", freeze_vision_encoder=False, shared_encoder=True)
     policy = GaussianActorPolicy(cfg)
     algo_cfg = SACAlgorithmConfig.from_policy_config(cfg)
@@ -82,7 +85,8 @@ def _lerobot(batch: int, image: int | None, updates: int) -> tuple[float, int]:
             o["observation.images.front"] = torch.from_numpy(imgs["front"]).permute(0, 3, 1, 2).float() / 255.0
         return o
 
-    fixed = {"state": obs(d.state, d.env_state, d.images), "next_state": obs(d.next_state, d.next_env_state, d.next_images),
+    fixed = {"state": obs(d.state, d.env_state, d.images),
+             "next_state": obs(d.next_state, d.next_env_state, d.next_images),
              "action": torch.from_numpy(np.clip((d.action - d.state) / 0.05, -1, 1)),
              "reward": torch.from_numpy(d.reward), "done": torch.zeros(batch)}
 
@@ -113,5 +117,6 @@ def run(batch: int = 256, updates: int = 20, image_px: int = 64) -> dict:
                              "updates_per_s": round(rate, 2), "parameters": params})
     finally:
         torch.set_num_threads(threads)
+    assert __doc__ is not None  # the module docstring above
     return {"batch_size": batch, "utd_ratio": 2, "updates": updates, "device": "cpu", "torch_threads": 1,
             "rows": rows, "equal_networks": __doc__.split("\n\n")[1].replace("\n", " ")}

@@ -6,6 +6,7 @@ returns the file names it wrote in `out_dir`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def _lines(rows: list[dict], key: str, ylabel: str, title: str, errors: tuple[st
             continue
         xs = x + (i - (len(modes) - 1) / 2) * 0.05
         y = np.array([_value(table.get((mode, d)), key) for d in delays])
-        style = dict(marker="o", color=f"C{i}", label=mode)
+        style: dict[str, Any] = dict(marker="o", color=f"C{i}", label=mode)
         if errors is None:
             ax.plot(xs, y, **style)
         else:

@@ -112,7 +112,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 def import_ray():
     """The `ray` module, or a `UserError` saying how to install it."""
     try:
-        import ray
+        import ray  # pyright: ignore[reportMissingImports]
     except ImportError as exc:
         raise UserError("--ray needs Ray: pip install 'robotrl[ray]' (or run without --ray)") from exc
     return ray

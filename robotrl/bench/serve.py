@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from robotrl.inference.server import PolicyServer, ServerConfig
 from robotrl.core.policy import ChunkPolicy
+from robotrl.inference.server import PolicyServer, ServerConfig
 from robotrl.wire.client import ClientSocket
 from robotrl.wire.messages import ChunkReply, ObservationRequest
 

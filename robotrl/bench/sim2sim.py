@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -90,7 +91,7 @@ def run(setup: BenchSetup, *, modes: list[str], delay_a: DelaySpec, latency_b: D
         Table("A -> A and A -> B per perturbation (stepped; RT = real time through the deploy path)", COLUMNS,
               [r["cells"] for r in rows])], results, plots=plots, notes=notes(setup, delay_a, episodes,
                                                                                realtime_episodes, wall_s))
-    return sanitize(results)
+    return cast(dict, sanitize(results))  # a dict sanitizes to a dict
 
 
 def table_row(v: Variant, mode: str, summary: list[dict], rt_records: list[dict], a: Variant) -> dict:

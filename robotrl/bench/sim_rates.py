@@ -15,11 +15,12 @@ import time
 import mujoco
 import numpy as np
 
+from robotrl.core.clock import SimClock
 from robotrl.core.robot import CameraSpec
+from robotrl.hardware.models import get_arm
 from robotrl.hardware.safety import SafeRobot
 from robotrl.hardware.sim_arm.robot import HOME_Q_RAD, SimRobot
 from robotrl.hardware.sim_arm.scene import build_arm_spec
-from robotrl.hardware.models import get_arm
 
 
 def sway_targets(ticks: int, dt_s: float) -> np.ndarray:
@@ -47,12 +48,14 @@ def control_step_rate(model: mujoco.MjModel, targets: np.ndarray) -> float:
     state only."""
     robot = SafeRobot(SimRobot(model, cameras=()))
     robot.connect()
+    clock = robot.clock
+    assert isinstance(clock, SimClock)  # SafeRobot takes SimRobot's own SimClock
     dt_s = robot.spec.dt_s
     start = time.perf_counter()
     for target in targets:
         robot.read()
         robot.command(target)
-        robot.clock.advance(dt_s)
+        clock.advance(dt_s)
     rate = len(targets) / (time.perf_counter() - start)
     robot.disconnect()
     return rate

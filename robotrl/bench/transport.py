@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from robotrl.wire.client import ClientSocket
 from robotrl.core.errors import ProtocolError, TransportTimeout
+from robotrl.wire.client import ClientSocket
 from robotrl.wire.messages import ChunkReply, ObservationRequest
 from robotrl.wire.transport import ServerSocket
 
@@ -67,6 +67,7 @@ def _echo(server: ServerSocket, model_s: float, stop: threading.Event) -> None:
             identity, msg = server.recv(0.05)
         except (TransportTimeout, ProtocolError):
             continue
+        assert isinstance(msg, ObservationRequest)  # the bench client sends nothing else past hello
         t0 = time.perf_counter_ns()
         if model_s:
             time.sleep(model_s)
@@ -94,6 +95,8 @@ def measure_robotrl(model_s: float, jpeg: bool, requests: int) -> dict:
                 reply = client.request(req, TIMEOUT_S)
                 rt_ns = time.perf_counter_ns() - t0
                 if i >= WARMUP:
+                    if not isinstance(reply, ChunkReply):
+                        raise RuntimeError(f"the echo server answered {type(reply).__name__}: {reply!r}")
                     for key, ns in (("round_trip", rt_ns), ("model", reply.timings_ns["model"]),
                                     ("client_encode", client.last_encode_ns),
                                     ("client_decode", client.last_decode_ns),
@@ -120,6 +123,7 @@ def _summary(transport: str, images: str, model_s: float, bytes_sent: int, rt: n
         for q in (50, 95, 99):
             row[f"{name}_p{q}_ms"] = float(np.percentile(values, q))
     if encode is not None:
+        assert decode is not None and server_decode is not None  # the split comes all together
         row["client_encode_p50_ms"] = float(np.percentile(encode, 50))
         row["network_server_p50_ms"] = float(np.percentile(rt - encode - decode, 50))
         row["server_decode_p50_ms"] = float(np.percentile(server_decode, 50))
@@ -144,10 +148,15 @@ def _quiet_root_logger() -> Iterator[None]:
 def _import_lerobot() -> tuple:
     """lerobot's gRPC stubs, chunk helpers and timed-data classes; importing
     `lerobot.async_inference` may create ./logs, so it happens in a temporary folder."""
-    import grpc
+    import grpc  # pyright: ignore[reportMissingModuleSource]
     from lerobot.transport import services_pb2, services_pb2_grpc
-    from lerobot.transport.utils import (bytes_to_python_object, grpc_channel_options, python_object_to_bytes,
-                                         receive_bytes_in_chunks, send_bytes_in_chunks)
+    from lerobot.transport.utils import (
+        bytes_to_python_object,
+        grpc_channel_options,
+        python_object_to_bytes,
+        receive_bytes_in_chunks,
+        send_bytes_in_chunks,
+    )
 
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
@@ -229,10 +238,11 @@ def run(repeats: int = 1, progress: Callable[[str], None] = lambda _: None) -> d
             rows.append(measure_robotrl(model_s, jpeg, requests))
     result = {"requests_per_variant": requests, "warmup": WARMUP, "rows": rows, "target_p99_overhead_ms": 1.0}
     try:
-        import grpc  # noqa: F401
+        import grpc  # noqa: F401  # pyright: ignore[reportMissingModuleSource]
         import lerobot.transport.services_pb2  # noqa: F401
     except ImportError as exc:
-        result["lerobot_baseline"] = f"skipped: lerobot's gRPC stubs are not importable ({exc}); pip install 'lerobot[async]'"
+        result["lerobot_baseline"] = (f"skipped: lerobot's gRPC stubs are not importable ({exc}); "
+                                      "pip install 'lerobot[async]'")
         return result
     result["lerobot_baseline"] = "lerobot 0.6.1 AsyncInference stubs, pickled payloads, same process"
     for model_s in MODEL_S:

@@ -25,47 +25,12 @@ BENCHES = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=sorted(BENCHES),
-                        help="; ".join(f"{k}: {v}" for k, v in BENCHES.items()).replace("%", "%%"))
-    parser.add_argument("--out", type=Path, default=Path("outputs/bench"), help="folder for results (default: outputs/bench)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="sim: repetitions, medians reported; record: episodes per mode; "
-                             "transport: rounds of 2000 requests per variant, pooled; "
-                             "serve: seconds per robot count (default: 5)")
-    parser.add_argument("--arm", default="so101", help="simulated arm model (default: so101)")
-    parser.add_argument("--policy", type=Path,
-                        help="policy, serve: checkpoint folder (robotrl train output or lerobot pretrained_model); "
-                             "latency, sim2sim: the same, default the task's scripted expert")
-    parser.add_argument("--task", choices=("reach", "pick_place"), default="reach", help="policy, latency, sim2sim: simulated task (default: reach)")
-    parser.add_argument("--episodes", type=int, default=50,
-                        help="policy, latency, sim2sim: episodes (seeds) per cell; buffer: episodes of 200 transitions "
-                             "(default: 50)")
-    parser.add_argument("--scenario", default="nominal",
-                        help="policy, latency: nominal or shifted physics (default: nominal)")
-    parser.add_argument("--execute-steps", type=int,
-                        help="policy: rows executed per chunk (default: the checkpoint's); latency, sim2sim: s, rows "
-                             "per chunk in sync mode and the time model (default: 15, 0.5 s at 30 Hz)")
-    parser.add_argument("--slow-every", type=int, default=1, help="policy: chunks per slow-latent refresh (default: 1)")
-    parser.add_argument("--rtc-prefix", action="store_true",
-                        help="policy: pass the previous chunk's unexecuted rows as the RTC prefix")
-    parser.add_argument("--delays", help="latency: injected delays in ticks, N or LOW-HIGH (uniform) (default: "
-                                         "0,1,2,4,8); sim2sim: scenario A's delay (default: 2)")
-    parser.add_argument("--jitter", action="store_true", help="latency: add the jittered delay d ~ U{2..6}")
-    parser.add_argument("--modes", help="latency, sim2sim: comma-separated modes of sync, naive, vlash, vlash+rtc, "
-                                        "ensemble (default: all for latency, sync,vlash for sim2sim)")
-    parser.add_argument("--horizon", type=int, default=16,
-                        help="latency, sim2sim: H of the scripted expert (default: 16)")
-    parser.add_argument("--threshold", type=float, default=1.0,
-                        help="latency, sim2sim: async modes request at queued/H <= threshold (default: 1, re-plan "
-                             "as soon as the previous chunk is in)")
-    parser.add_argument("--seed0", type=int,
-                        help="latency, sim2sim: first seed (default: 100000, never a training seed)")
-    parser.add_argument("--control-jitter", type=float, default=0.5,
-                        help="sim2sim: real-time control-rate jitter, fraction of a period (default: 0.5)")
-    parser.add_argument("--realtime-episodes", type=int, default=1,
-                        help="sim2sim: real-time episodes per variant and mode (default: 1; 0 skips them)")
-    parser.add_argument("--ray", action="store_true", help="latency, sim2sim: run stepped episodes as Ray tasks")
-    parser.add_argument("--ray-address", help="latency, sim2sim: Ray cluster address (default: a local Ray instance)")
+    sub = parser.add_subparsers(dest="name", metavar="NAME", required=True)
+    for name, (help_text, add) in _PARSERS.items():
+        bench = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text.replace("%", "%%"))
+        bench.add_argument("--out", type=Path, default=Path("outputs/bench"),
+                           help="folder for results (default: outputs/bench)")
+        add(bench)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +40,88 @@ def run(args: argparse.Namespace) -> int:
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(f"wrote {out / 'results.json'}")
     return 0
+
+
+def _repeats(parser: argparse.ArgumentParser, what: str, default: int = 5) -> None:
+    parser.add_argument("--repeats", type=int, default=default, help=f"{what} (default: {default})")
+
+
+def _sim_arguments(parser: argparse.ArgumentParser) -> None:
+    _repeats(parser, "repetitions, medians reported")
+    parser.add_argument("--arm", default="so101", help="simulated arm model (default: so101)")
+
+
+def _record_arguments(parser: argparse.ArgumentParser) -> None:
+    _repeats(parser, "episodes per mode")
+
+
+def _transport_arguments(parser: argparse.ArgumentParser) -> None:
+    _repeats(parser, "rounds of 2000 requests per variant, pooled")
+
+
+def _task_arguments(parser: argparse.ArgumentParser, *, scenario: bool) -> None:
+    parser.add_argument("--task", choices=("reach", "pick_place"), default="reach",
+                        help="simulated task (default: reach)")
+    parser.add_argument("--episodes", type=int, default=50, help="episodes (seeds) per cell (default: 50)")
+    if scenario:
+        parser.add_argument("--scenario", default="nominal", help="nominal or shifted physics (default: nominal)")
+
+
+def _policy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", type=Path, required=True,
+                        help="checkpoint folder (robotrl train output or lerobot pretrained_model)")
+    _task_arguments(parser, scenario=True)
+    parser.add_argument("--execute-steps", type=int, help="rows executed per chunk (default: the checkpoint's)")
+    parser.add_argument("--slow-every", type=int, default=1, help="chunks per slow-latent refresh (default: 1)")
+    parser.add_argument("--rtc-prefix", action="store_true",
+                        help="pass the previous chunk's unexecuted rows as the RTC prefix")
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", type=Path, required=True,
+                        help="checkpoint folder (robotrl train output or lerobot pretrained_model)")
+    _repeats(parser, "seconds per robot count")
+
+
+def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes: str, delays: str) -> None:
+    """The options `bench latency` and `bench sim2sim` share."""
+    parser.add_argument("--policy", type=Path,
+                        help="checkpoint folder (default: the task's scripted expert)")
+    _task_arguments(parser, scenario=scenario)
+    parser.add_argument("--execute-steps", type=int,
+                        help="s, rows per chunk in sync mode and the time model (default: 15, 0.5 s at 30 Hz)")
+    parser.add_argument("--delays", help=delays)
+    parser.add_argument("--modes", help=f"comma-separated modes of sync, naive, vlash, vlash+rtc, ensemble "
+                                        f"(default: {modes})")
+    parser.add_argument("--horizon", type=int, default=16, help="H of the scripted expert (default: 16)")
+    parser.add_argument("--threshold", type=float, default=1.0,
+                        help="async modes request at queued/H <= threshold (default: 1, re-plan as soon as the "
+                             "previous chunk is in)")
+    parser.add_argument("--seed0", type=int, help="first seed (default: 100000, never a training seed)")
+    parser.add_argument("--ray", action="store_true", help="run stepped episodes as Ray tasks")
+    parser.add_argument("--ray-address", help="Ray cluster address (default: a local Ray instance)")
+
+
+def _latency_arguments(parser: argparse.ArgumentParser) -> None:
+    _stepped_arguments(parser, scenario=True, modes="all",
+                       delays="injected delays in ticks, N or LOW-HIGH (uniform) (default: 0,1,2,4,8)")
+    parser.add_argument("--jitter", action="store_true", help="add the jittered delay d ~ U{2..6}")
+
+
+def _sim2sim_arguments(parser: argparse.ArgumentParser) -> None:
+    _stepped_arguments(parser, scenario=False, modes="sync,vlash", delays="scenario A's delay in ticks (default: 2)")
+    parser.add_argument("--control-jitter", type=float, default=0.5,
+                        help="real-time control-rate jitter, fraction of a period (default: 0.5)")
+    parser.add_argument("--realtime-episodes", type=int, default=1,
+                        help="real-time episodes per variant and mode (default: 1; 0 skips them)")
+
+
+def _buffer_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--episodes", type=int, default=50, help="episodes of 200 transitions (default: 50)")
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
 
 
 def _bench_sim(args: argparse.Namespace) -> dict:
@@ -127,8 +174,6 @@ def _bench_policy(args: argparse.Namespace) -> dict:
     from robotrl.policies.loading import load_policy
     from robotrl.report.table import format_table
 
-    if args.policy is None:
-        raise UserError("bench policy needs --policy CHECKPOINT")
     if args.episodes < 1 or args.slow_every < 1:
         raise UserError("--episodes and --slow-every must be at least 1")
     import torch
@@ -147,8 +192,6 @@ def _bench_serve(args: argparse.Namespace) -> dict:
     from robotrl.policies.loading import load_policy
     from robotrl.report.table import format_table
 
-    if args.policy is None:
-        raise UserError("bench serve needs --policy CHECKPOINT")
     rows = serve.run(load_policy(args.policy), seconds=float(args.repeats))
     print(format_table(tuple(rows[0]), [tuple(r.values()) for r in rows]))
     ok = rows[-1]["speedup_vs_1"] >= 4.0
@@ -260,6 +303,12 @@ def _bench_learner(args: argparse.Namespace) -> dict:
     print(results["equal_networks"])
     return results
 
+
+_PARSERS = {"sim": (BENCHES["sim"], _sim_arguments), "record": (BENCHES["record"], _record_arguments),
+            "transport": (BENCHES["transport"], _transport_arguments),
+            "policy": (BENCHES["policy"], _policy_arguments), "serve": (BENCHES["serve"], _serve_arguments),
+            "latency": (BENCHES["latency"], _latency_arguments), "sim2sim": (BENCHES["sim2sim"], _sim2sim_arguments),
+            "buffer": (BENCHES["buffer"], _buffer_arguments), "learner": (BENCHES["learner"], _no_arguments)}
 
 _BENCH_RUNNERS = {"sim": _bench_sim, "record": _bench_record, "transport": _bench_transport,
                   "policy": _bench_policy, "serve": _bench_serve, "latency": _bench_latency,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from robotrl.core.errors import UserError
+from robotrl.core.errors import DeviceNotConnected, UserError
 from robotrl.fleet import Fleet, check_devices, load_fleet
 from robotrl.hardware.discovery import Discovery, discover
-from robotrl.core.errors import DeviceNotConnected
 
 CAMERA_BUDGET_S = 2.0
 """Longest a single camera may take to open and deliver a frame, seconds."""
@@ -90,12 +90,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--check needs --fleet FILE (the devices to check for)")
     fleet = load_fleet(args.fleet) if args.fleet is not None else None
     if args.check:
+        assert fleet is not None  # --check without --fleet was refused above
         problems = check_devices(fleet)
         if problems:
             raise DeviceNotConnected(f"{fleet.source}: " + "; ".join(problems))
     found = discover(max_cameras=args.max_cameras, camera_budget_s=CAMERA_BUDGET_S)
     if args.json:
-        data = found.to_dict()
+        data: dict[str, Any] = found.to_dict()
         if fleet is not None:
             data["fleet"] = fleet.to_dict()
         print(json.dumps(data, indent=2))

@@ -56,7 +56,7 @@ def _rebuild(hint: Any, value: Any) -> Any:
         origin = typing.get_origin(option) or option
         if hasattr(origin, "from_dict") and isinstance(value, dict):  # a type with its own JSON form
             return origin.from_dict(value)
-        if dataclasses.is_dataclass(origin) and isinstance(value, dict):
+        if isinstance(origin, type) and dataclasses.is_dataclass(origin) and isinstance(value, dict):
             return config_from_dict(origin, value)
         if origin is Path:
             return Path(value)

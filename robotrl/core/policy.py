@@ -8,6 +8,7 @@ so a chunk can cross a process boundary and be spliced by absolute tick.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -100,6 +101,13 @@ class BatchedPolicy(Protocol):
     `SlowFastPolicy` takes one latent and latent age per observation too."""
 
     def predict_chunks(self, observations: list[PolicyObservation], *latents_and_ages: Any) -> list[ActionChunk]: ...
+
+
+@runtime_checkable
+class SavablePolicy(ChunkPolicy, Protocol):
+    """A policy that writes itself as a checkpoint folder `robotrl serve --policy` loads."""
+
+    def save(self, path: Path) -> None: ...
 
 
 @runtime_checkable

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from robotrl.core.errors import UserError
 from robotrl.core.task import Intervener
+from robotrl.hardware.teleop.base import TeleopDevice
 from robotrl.inference.arm import ArmConfig, OpenArm
 from robotrl.inference.executor import ExecutorConfig
 
@@ -83,7 +84,7 @@ class ActorJob:
             raise UserError("an actor needs episodes >= 1 and max_seconds > 0")
 
 
-def make_intervener(config: InterventionConfig, arm: OpenArm) -> tuple[Intervener | None, object | None]:
+def make_intervener(config: InterventionConfig, arm: OpenArm) -> tuple[Intervener | None, TeleopDevice | None]:
     """(the intervener, the teleop device to disconnect at the end or None)."""
     if config.who == "none":
         return None, None

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from robotrl.core.errors import ConfigError
-from robotrl.core.policy import ChunkPolicy
+from robotrl.core.policy import SavablePolicy
 from robotrl.train.state import optimizer_from_flat, optimizer_to_flat
 
 
@@ -35,7 +35,7 @@ class Algorithm(Protocol):
         """Safetensors bytes that the served policy's `load_weights` accepts."""
         ...
 
-    def served_policy(self) -> ChunkPolicy:
+    def served_policy(self) -> SavablePolicy:
         """A policy with the current weights (a copy: training does not change it)."""
         ...
 

@@ -78,8 +78,8 @@ def resolve_spec(job: LearnerJob) -> TransitionSpec:
                           int(c.get("env_state_dim", 0)) if c.get("use_env_state") else 0)
 
 
-def run_learner(job: LearnerJob) -> Learner:
-    """Run the learner of `job` until it is stopped or its limits end it; the stopped learner."""
+def run_learner(job: LearnerJob) -> None:
+    """Run the learner of `job` until it is stopped or its limits end it."""
     import torch
 
     from robotrl.buffer.online import OnlineBuffer
@@ -121,7 +121,6 @@ def run_learner(job: LearnerJob) -> Learner:
         for part in (learner, publisher, buffer):
             if part is not None:
                 part.close()
-    return learner
 
 
 class _stop_on_signals:

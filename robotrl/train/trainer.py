@@ -124,9 +124,10 @@ def policy_config(frames: FrameTable, cfg: TrainConfig) -> FastSlowConfig:
     if use_env and frames.env_states is None:
         raise ConfigError("use_env_state needs frames loaded with use_env_state=True")
     age_max = max(int(overrides.get("max_age_ticks", FastSlowConfig.max_age_ticks)), cfg.k_max + cfg.latent_delay_max)
+    env_state_dim = frames.env_states.shape[1] if use_env and frames.env_states is not None else 0
     return FastSlowConfig(**{**overrides, "state_dim": frames.states.shape[1], "action_dim": frames.actions.shape[1],
                              "control_rate_hz": frames.fps,
-                             "env_state_dim": frames.env_states.shape[1] if use_env else 0,
+                             "env_state_dim": env_state_dim,
                              "max_age_ticks": age_max, "rtc_train": cfg.rtc_train})
 
 
@@ -191,13 +192,17 @@ class Trainer:
                               f.episode_start, f.episode_end, cfg.k_zero_prob)
         image_idx = torch.from_numpy(idx.image)
         images = [self._shift(f.images[cam][image_idx]) for cam in c.cameras]
+        env_state = None
+        if c.use_env_state:
+            assert f.env_states is not None  # frames are loaded (or checked) with env states for such a config
+            env_state = torch.from_numpy(f.env_states[idx.state])
         prefix = None
         if cfg.rtc_train:
             prefix = torch.from_numpy(self.rng.integers(0, min(cfg.rtc_max_prefix, c.horizon - 1) + 1, cfg.batch_size))
         return Batch(images=images, tokens=self.tokens[f.task_ids[idx.image]],
                      state=torch.from_numpy(f.states[idx.state]), chunk=torch.from_numpy(f.actions[idx.chunk]),
                      mask=torch.from_numpy(idx.mask), age=torch.from_numpy(idx.age),
-                     env_state=torch.from_numpy(f.env_states[idx.state]) if c.use_env_state else None,
+                     env_state=env_state,
                      prefix_rows=prefix, ee=None if self.ee is None else self.ee[torch.from_numpy(idx.state)])
 
     def _shift(self, images: torch.Tensor) -> torch.Tensor:
@@ -224,6 +229,8 @@ class Trainer:
     def evaluate(self) -> dict:
         from robotrl.inference.evaluation import evaluate
 
+        if self.cfg.task is None:
+            raise ConfigError("TrainConfig: evaluation needs a task (--task reach|pick_place)")
         result = evaluate(self.policy(), self.cfg.task, self.cfg.eval_episodes, progress=self.progress)
         result["step"] = self.step
         self.evals.append({k: result[k] for k in ("step", "success_rate", "wilson95_low", "wilson95_high",

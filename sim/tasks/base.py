@@ -11,6 +11,7 @@ import numpy as np
 
 from robotrl.core.errors import DeviceNotConnected
 from robotrl.hardware.sim_arm.robot import SimRobot
+from robotrl.sim.experts import CartesianMover
 
 
 def sim_data(robot: SimRobot) -> mujoco.MjData:
@@ -29,6 +30,11 @@ class Evaluation:
 
 
 class Expert(Protocol):
+    """A scripted expert; its plan (phase, Cartesian reference) lives in `mover`, so a copy
+    of it can be rolled forward without changing the original."""
+
+    mover: CartesianMover
+
     def reset(self, rng: np.random.Generator) -> None: ...
 
     def act(self, q_rad: np.ndarray) -> np.ndarray:
