@@ -1,5 +1,6 @@
 # The two commands a new user types: `make demo` (main job) and `make test`.
-# Both create or refresh .venv with Python 3.12 from pyproject.toml.
+# Both create or refresh .venv with Python 3.12 from pyproject.toml; `make test` also runs
+# the linters (ruff lint + format check, pyright basic) before the tests.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -20,6 +21,9 @@ demo: $(STAMP)
 	$(VENV)/bin/robotrl demo
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pyright
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 clean:

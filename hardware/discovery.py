@@ -105,8 +105,10 @@ class Discovery:
     cpus: tuple[CpuInfo, ...]
 
     def to_dict(self) -> dict[str, list[dict]]:
-        return {key: [asdict(item) for item in getattr(self, key)]
-                for key in ("robots", "serial_ports", "cameras", "gpus", "cpus")}
+        return {
+            key: [asdict(item) for item in getattr(self, key)]
+            for key in ("robots", "serial_ports", "cameras", "gpus", "cpus")
+        }
 
 
 def is_likely_motor_bus(device: str, vid_pid: str | None) -> bool:
@@ -149,9 +151,12 @@ def find_serial_ports() -> list[SerialPort]:
             vid_pid = f"{port.vid:04x}:{port.pid:04x}" if port.vid is not None else None
             description = port.description if port.description not in (None, "n/a") else ""
             found[port.device] = (vid_pid, description)
-    return [SerialPort(device, description, vid_pid, by_id.get(os.path.realpath(device)),
-                       is_likely_motor_bus(device, vid_pid))
-            for device, (vid_pid, description) in sorted(found.items())]
+    return [
+        SerialPort(
+            device, description, vid_pid, by_id.get(os.path.realpath(device)), is_likely_motor_bus(device, vid_pid)
+        )
+        for device, (vid_pid, description) in sorted(found.items())
+    ]
 
 
 def _video_nodes(max_cameras: int) -> list[tuple[int, str]]:
@@ -273,5 +278,10 @@ def find_cpus() -> list[CpuInfo]:
 
 def discover(max_cameras: int = 4, camera_budget_s: float = 2.0) -> Discovery:
     """Run every `find_*`; cameras are bounded as in `find_cameras`."""
-    return Discovery(tuple(find_serial_ports()), tuple(find_cameras(max_cameras, camera_budget_s)),
-                     tuple(find_sim_robots()), tuple(find_gpus()), tuple(find_cpus()))
+    return Discovery(
+        tuple(find_serial_ports()),
+        tuple(find_cameras(max_cameras, camera_budget_s)),
+        tuple(find_sim_robots()),
+        tuple(find_gpus()),
+        tuple(find_cpus()),
+    )

@@ -56,13 +56,22 @@ class Kinematics:
         q = np.asarray(q_rad, dtype=np.float64)
         pin.computeJointJacobians(self.model, self.data, q)
         pin.framesForwardKinematics(self.model, self.data, q)
-        return pin.getFrameJacobian(self.model, self.data, self.ee_frame_id,
-                                    pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)
+        return pin.getFrameJacobian(self.model, self.data, self.ee_frame_id, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)
 
-    def ik(self, target_m: np.ndarray, q0_rad: np.ndarray, *, approach_axis: np.ndarray | None = None,
-           axis_weight: float = 0.3, damping: float = 1e-3, tol_m: float = 1e-3,
-           max_iters: int = 100, joints: slice = slice(0, 5), max_step_rad: float = 0.1,
-           limit_margin_rad: float = 0.03) -> IKResult:
+    def ik(
+        self,
+        target_m: np.ndarray,
+        q0_rad: np.ndarray,
+        *,
+        approach_axis: np.ndarray | None = None,
+        axis_weight: float = 0.3,
+        damping: float = 1e-3,
+        tol_m: float = 1e-3,
+        max_iters: int = 100,
+        joints: slice = slice(0, 5),
+        max_step_rad: float = 0.1,
+        limit_margin_rad: float = 0.03,
+    ) -> IKResult:
         """Damped least squares for an end-effector position, optionally pointing the
         frame's z axis along `approach_axis` (unit (3,) vector, e.g. straight down).
 
@@ -94,4 +103,3 @@ class Kinematics:
             q = np.clip(q, lower, upper)
         err = float(np.linalg.norm(target - self.ee_position(q)))
         return IKResult(q, err, err < tol_m * 5)
-

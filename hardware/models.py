@@ -36,10 +36,8 @@ _SO_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wris
 _SO_VELOCITY = (3.0, 3.0, 3.0, 3.0, 3.0, 5.0)
 
 ARMS: dict[str, ArmModel] = {
-    "so101": ArmModel("so101", "so_arm_description/urdf/so101.urdf", _SO_JOINTS,
-                      "gripper_frame_link", _SO_VELOCITY),
-    "so100": ArmModel("so100", "so_arm_description/urdf/so100.urdf", _SO_JOINTS,
-                      "jaw", _SO_VELOCITY),
+    "so101": ArmModel("so101", "so_arm_description/urdf/so101.urdf", _SO_JOINTS, "gripper_frame_link", _SO_VELOCITY),
+    "so100": ArmModel("so100", "so_arm_description/urdf/so100.urdf", _SO_JOINTS, "jaw", _SO_VELOCITY),
 }
 
 

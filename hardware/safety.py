@@ -71,8 +71,7 @@ class SafetyStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def clamp_to_limits(target: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-                    margin: float) -> np.ndarray:
+def clamp_to_limits(target: np.ndarray, lower: np.ndarray, upper: np.ndarray, margin: float) -> np.ndarray:
     """Clip (J,) `target` into [lower + margin, upper - margin] element-wise."""
     return np.minimum(np.maximum(target, lower + margin), upper - margin)
 
@@ -88,8 +87,9 @@ def box_violation(point: np.ndarray, low: np.ndarray, high: np.ndarray) -> float
     return float(np.sqrt(outside @ outside))
 
 
-def clamp_to_workspace(previous: np.ndarray, target: np.ndarray, ee_position, low: np.ndarray,
-                       high: np.ndarray, iters: int = 12) -> np.ndarray:
+def clamp_to_workspace(
+    previous: np.ndarray, target: np.ndarray, ee_position, low: np.ndarray, high: np.ndarray, iters: int = 12
+) -> np.ndarray:
     """The point on the segment previous -> target furthest along whose end effector is in
     the box (bisection, `ee_position(q) -> (3,)`). From outside the box, a target is
     accepted only if it gets no further out; otherwise `previous` is kept."""
@@ -130,8 +130,14 @@ class SafeRobot:
         kinematics: model for the workspace check; built from `robot.spec.name` if None.
     """
 
-    def __init__(self, robot: Robot, limits: SafetyLimits = SafetyLimits(), *,
-                 clock: Clock | None = None, kinematics: Kinematics | None = None) -> None:
+    def __init__(
+        self,
+        robot: Robot,
+        limits: SafetyLimits = SafetyLimits(),
+        *,
+        clock: Clock | None = None,
+        kinematics: Kinematics | None = None,
+    ) -> None:
         self.robot = robot
         self.limits = limits
         self.clock = clock if clock is not None else getattr(robot, "clock", WallClock())
@@ -172,8 +178,7 @@ class SafeRobot:
         self.resync()
         if watchdog_thread and self.limits.watchdog_ms > 0:
             self._stop.clear()
-            self._watchdog_thread = threading.Thread(target=self._watchdog_loop, daemon=True,
-                                                     name="robotrl-watchdog")
+            self._watchdog_thread = threading.Thread(target=self._watchdog_loop, daemon=True, name="robotrl-watchdog")
             self._watchdog_thread.start()
 
     def disconnect(self) -> None:

@@ -68,8 +68,9 @@ def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> 
     """Connect the arm of `config` with the cameras the served policy reads
     (`server_info`: the server's hello reply). `stepped`: a simulated arm on a `SimClock`."""
     if server_info.get("env_state_dim") and not config.simulated:
-        raise UserError("this policy reads privileged simulation state (trained with --env-state); "
-                        "it cannot drive a real arm")
+        raise UserError(
+            "this policy reads privileged simulation state (trained with --env-state); it cannot drive a real arm"
+        )
     if config.simulated:
         from robotrl.sim.env import TaskEnv
 

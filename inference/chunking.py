@@ -12,8 +12,8 @@ from collections import deque
 
 import numpy as np
 
-from robotrl.hardware.safety import clamp_step
 from robotrl.core.policy import ActionChunk
+from robotrl.hardware.safety import clamp_step
 
 BLEND_OLD = 0.3
 """Weight of the queued row where naive splicing blends overlapping rows (lerobot)."""
@@ -21,8 +21,13 @@ SPLICE_MODES = ("replace", "blend")
 FORWARD_MODES = ("absolute", "delta")
 
 
-def forward_state(state_rad: np.ndarray, in_flight_rad: np.ndarray, delay_ticks: int,
-                  mode: str = "absolute", max_step_rad: np.ndarray | float | None = None) -> np.ndarray:
+def forward_state(
+    state_rad: np.ndarray,
+    in_flight_rad: np.ndarray,
+    delay_ticks: int,
+    mode: str = "absolute",
+    max_step_rad: np.ndarray | float | None = None,
+) -> np.ndarray:
     """The state the robot will have when a chunk requested now starts (VLASH).
 
     Args:
@@ -54,8 +59,9 @@ def forward_state(state_rad: np.ndarray, in_flight_rad: np.ndarray, delay_ticks:
     return state
 
 
-def carry_lag(forwarded_rad: np.ndarray, target_rad: np.ndarray, measured_rad: np.ndarray,
-              deadband_rad: np.ndarray | float) -> np.ndarray:
+def carry_lag(
+    forwarded_rad: np.ndarray, target_rad: np.ndarray, measured_rad: np.ndarray, deadband_rad: np.ndarray | float
+) -> np.ndarray:
     """The forwarded state moved by the part of the arm's tracking error beyond a deadband.
 
     VLASH forwards the targets, as if the arm reached each one. A slow servo, a load or a
@@ -144,11 +150,9 @@ class DelayEstimator:
         initial_ticks: the estimate before any measurement counts.
     """
 
-    def __init__(self, window: int = 20, warmup: int = 1, percentile: float = 95.0,
-                 initial_ticks: int = 0) -> None:
+    def __init__(self, window: int = 20, warmup: int = 1, percentile: float = 95.0, initial_ticks: int = 0) -> None:
         if window <= 0 or warmup < 0 or initial_ticks < 0 or not 0 <= percentile <= 100:
-            raise ValueError("DelayEstimator needs window > 0, warmup >= 0, initial_ticks >= 0, "
-                             "percentile in [0, 100]")
+            raise ValueError("DelayEstimator needs window > 0, warmup >= 0, initial_ticks >= 0, percentile in [0, 100]")
         self.percentile = percentile
         self.initial_ticks = initial_ticks
         self._skip = warmup
@@ -223,12 +227,12 @@ def boundary_jerk_ratio(targets_rad: np.ndarray, switch_ticks) -> float:
     squared = np.zeros(t)
     if t >= 4:
         jerk = a[3:] - 3 * a[2:-1] + 3 * a[1:-2] - a[:-3]  # row m is the jerk at k = m + 2
-        squared[2:-1] = (jerk ** 2).mean(axis=1)
+        squared[2:-1] = (jerk**2).mean(axis=1)
     valid = np.zeros(t, dtype=bool)
-    valid[2:max(t - 1, 2)] = True
+    valid[2 : max(t - 1, 2)] = True
     near = np.zeros(t, dtype=bool)
     for k in switch_ticks:
-        near[max(k - 1, 0):min(k + 2, t)] = True
+        near[max(k - 1, 0) : min(k + 2, t)] = True
     ratio = _ratio(squared, near, valid)
     return float(np.sqrt(ratio)) if np.isfinite(ratio) else ratio
 

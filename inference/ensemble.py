@@ -72,9 +72,15 @@ class EnsembleExecutor:
         now = self.now_tick
         if self._hold_rad is None:
             self._hold_rad = np.array(measured.q_rad, dtype=np.float64)
-        self.source.request(PolicyObservation(
-            state_rad=np.array(measured.q_rad, dtype=np.float64), tick=now, instruction=self.instruction,
-            images=dict(measured.images), env_state=env_state))
+        self.source.request(
+            PolicyObservation(
+                state_rad=np.array(measured.q_rad, dtype=np.float64),
+                tick=now,
+                instruction=self.instruction,
+                images=dict(measured.images),
+                env_state=env_state,
+            )
+        )
         while (chunk := self.source.poll(now)) is not None:
             self._accept(chunk, now)
         predictions = self._predictions.pop(now, [])
@@ -98,12 +104,22 @@ class EnsembleExecutor:
         w = ensemble_weights(len(predictions), self.decay)
         return w @ np.stack([row for _, row in predictions])
 
-    def _record(self, now: int, requested: np.ndarray, sent: np.ndarray,
-                predictions: list[tuple[int, np.ndarray]]) -> TickRecord:
+    def _record(
+        self, now: int, requested: np.ndarray, sent: np.ndarray, predictions: list[tuple[int, np.ndarray]]
+    ) -> TickRecord:
         if not predictions:
             return TickRecord(now, np.array(requested), sent, -1, -1, -1, 0, len(self._predictions), True)
         w = ensemble_weights(len(predictions), self.decay)
         newest = self.received[predictions[-1][0]]
         obs_tick = int(round(float(w @ [self.received[i].obs_tick for i, _ in predictions])))
-        return TickRecord(now, np.array(requested), sent, newest.chunk_id, newest.chunk.version, obs_tick,
-                          newest.arrival_tick - newest.obs_tick, len(self._predictions), False)
+        return TickRecord(
+            now,
+            np.array(requested),
+            sent,
+            newest.chunk_id,
+            newest.chunk.version,
+            obs_tick,
+            newest.arrival_tick - newest.obs_tick,
+            len(self._predictions),
+            False,
+        )

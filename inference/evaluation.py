@@ -34,8 +34,9 @@ def make_env(policy: ChunkPolicy, task: str, scenario: str = "nominal") -> TaskE
     return TaskEnv(task, scenario, cameras=tuple(CameraSpec(c, size, size) for c in meta.cameras))
 
 
-def evaluation_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, config: ExecutorConfig,
-                       slow_every: int = 1) -> tuple[EpisodeResult, LocalChunkSource]:
+def evaluation_episode(
+    env: TaskEnv, policy: ChunkPolicy, seed: int, config: ExecutorConfig, slow_every: int = 1
+) -> tuple[EpisodeResult, LocalChunkSource]:
     """One evaluation episode: `policy` through a `LocalChunkSource` (delay 0) and the
     episode runner on `env`'s clock; the result and the source (its timings and latents)."""
     policy.reset()
@@ -44,14 +45,23 @@ def evaluation_episode(env: TaskEnv, policy: ChunkPolicy, seed: int, config: Exe
     return EpisodeRunner(env.robot, env, executor, env.clock).run(seed), source
 
 
-def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int = EVAL_SEED0,
-             execute_steps: int | None = None, scenario: str = "nominal", slow_every: int = 1,
-             rtc_prefix: bool = False, progress: bool = True) -> dict:
+def evaluate(
+    policy: ChunkPolicy,
+    task: str,
+    episodes: int = 50,
+    *,
+    seed0: int = EVAL_SEED0,
+    execute_steps: int | None = None,
+    scenario: str = "nominal",
+    slow_every: int = 1,
+    rtc_prefix: bool = False,
+    progress: bool = True,
+) -> dict:
     """Success rate with its 95% Wilson interval, returns, lengths, timing, latent ages."""
     from tqdm import tqdm
 
     meta = policy.metadata
-    s = execute_steps or getattr(getattr(policy, "config", None), "execute_steps", None) or meta.horizon
+    s = execute_steps or meta.execute_steps or meta.horizon
     if not 1 <= s <= meta.horizon:
         raise ValueError(f"execute_steps must be in 1..{meta.horizon}, got {s}")
     config = ExecutorConfig("sync+rtc" if rtc_prefix else "sync", execute_horizon=s)
@@ -60,8 +70,9 @@ def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int =
     times_s: list[float] = []
     ages: Counter[int] = Counter()
     try:
-        for seed in tqdm(range(seed0, seed0 + episodes), desc=f"eval {task}", unit="ep", disable=not progress,
-                         leave=False):
+        for seed in tqdm(
+            range(seed0, seed0 + episodes), desc=f"eval {task}", unit="ep", disable=not progress, leave=False
+        ):
             result, source = evaluation_episode(env, policy, seed, config, slow_every)
             results.append(result)
             times_s += source.predict_s
@@ -72,15 +83,25 @@ def evaluate(policy: ChunkPolicy, task: str, episodes: int = 50, *, seed0: int =
     low, high = wilson_interval(wins, episodes)
     times = np.array(times_s) * 1e3
     return {
-        "policy_type": meta.policy_type, "task": task, "scenario": scenario, "episodes": episodes,
-        "seeds": [seed0, seed0 + episodes - 1], "execute_steps": s, "horizon": meta.horizon,
-        "slow_every": slow_every, "rtc_prefix": rtc_prefix, "successes": wins, "success_rate": wins / episodes,
-        "wilson95_low": low, "wilson95_high": high,
+        "policy_type": meta.policy_type,
+        "task": task,
+        "scenario": scenario,
+        "episodes": episodes,
+        "seeds": [seed0, seed0 + episodes - 1],
+        "execute_steps": s,
+        "horizon": meta.horizon,
+        "slow_every": slow_every,
+        "rtc_prefix": rtc_prefix,
+        "successes": wins,
+        "success_rate": wins / episodes,
+        "wilson95_low": low,
+        "wilson95_high": high,
         "mean_return": float(np.mean([r.episode_return for r in results])),
         "mean_ticks": float(np.mean([r.ticks for r in results])),
         "mean_ticks_success": float(np.mean([r.ticks for r in results if r.success])) if wins else None,
         "safety_clamps": int(sum(r.safety_clamps for r in results)),
-        "chunk_ms_p50": float(np.percentile(times, 50)), "chunk_ms_p95": float(np.percentile(times, 95)),
+        "chunk_ms_p50": float(np.percentile(times, 50)),
+        "chunk_ms_p95": float(np.percentile(times, 95)),
         "latent_age_ticks": {str(k): v for k, v in sorted(ages.items())},
         "failed_seeds": [int(r.seed) for r in results if not r.success],
     }

@@ -115,8 +115,13 @@ class LocalChunkSource:
         latents: the latent cache (None for a policy without a slow pathway).
     """
 
-    def __init__(self, policy: ChunkPolicy, delay_ticks: int | Callable[[np.random.Generator], int] = 0,
-                 seed: int = 0, slow_every: int = 1) -> None:
+    def __init__(
+        self,
+        policy: ChunkPolicy,
+        delay_ticks: int | Callable[[np.random.Generator], int] = 0,
+        seed: int = 0,
+        slow_every: int = 1,
+    ) -> None:
         if slow_every < 1:
             raise ValueError(f"slow_every must be >= 1, got {slow_every}")
         self.policy = policy
@@ -217,10 +222,17 @@ class Executor:
         intervening: True while the intervener drives the arm.
     """
 
-    def __init__(self, robot: SafeRobot, source: ChunkSource, horizon: int,
-                 config: ExecutorConfig = ExecutorConfig(), *, initial_delay_ticks: int = 0,
-                 intervener: Intervener | None = None,
-                 lost_errors: tuple[type[BaseException], ...] = ()) -> None:
+    def __init__(
+        self,
+        robot: SafeRobot,
+        source: ChunkSource,
+        horizon: int,
+        config: ExecutorConfig = ExecutorConfig(),
+        *,
+        initial_delay_ticks: int = 0,
+        intervener: Intervener | None = None,
+        lost_errors: tuple[type[BaseException], ...] = (),
+    ) -> None:
         s = horizon if config.execute_horizon is None else min(config.execute_horizon, horizon)
         if horizon <= 0:
             raise ValueError(f"need horizon > 0, got {horizon}")
@@ -272,12 +284,18 @@ class Executor:
         self._hold_rad = sent.copy()
         got = None if origin is None else self.received[origin]
         record = TickRecord(
-            tick=now, requested_rad=np.array(requested), sent_rad=sent,
-            chunk_id=-1 if got is None else got.chunk_id, version=-1 if got is None else got.chunk.version,
+            tick=now,
+            requested_rad=np.array(requested),
+            sent_rad=sent,
+            chunk_id=-1 if got is None else got.chunk_id,
+            version=-1 if got is None else got.chunk.version,
             obs_tick=-1 if got is None else got.obs_tick,
             delay_ticks=self.delay.estimate() if got is None else got.request_delay_ticks,
-            queue_len=len(self._queue), paused=got is None, intervened=human is not None,
-            policy_rad=None if human is None else np.array(planned))
+            queue_len=len(self._queue),
+            paused=got is None,
+            intervened=human is not None,
+            policy_rad=None if human is None else np.array(planned),
+        )
         self.trace.append(record)
         self.now_tick = now + 1
         return record
@@ -288,8 +306,9 @@ class Executor:
         return sum(r.paused for r in self.trace)
 
     # -- requests and replies -------------------------------------------------------------
-    def _next_row(self, now: int, state: RobotState,
-                  env_state: np.ndarray | None) -> tuple[np.ndarray | None, int | None]:
+    def _next_row(
+        self, now: int, state: RobotState, env_state: np.ndarray | None
+    ) -> tuple[np.ndarray | None, int | None]:
         """Take in chunks, maybe request one, pop this tick's (row, origin) (None: hold)."""
         self._receive(now)
         if self._wants_chunk(now):
@@ -321,8 +340,13 @@ class Executor:
 
     def _request(self, now: int, measured: RobotState, env_state: np.ndarray | None) -> None:
         d = self.delay.estimate()
-        obs = PolicyObservation(state_rad=np.array(measured.q_rad, dtype=np.float64), tick=now,
-                                instruction=self.instruction, images=dict(measured.images), env_state=env_state)
+        obs = PolicyObservation(
+            state_rad=np.array(measured.q_rad, dtype=np.float64),
+            tick=now,
+            instruction=self.instruction,
+            images=dict(measured.images),
+            env_state=env_state,
+        )
         if self.mode == "sync+rtc" and self._unexecuted is not None and len(self._unexecuted):
             obs.prefix_rad = self._unexecuted
         if self.mode.startswith("vlash"):
@@ -370,8 +394,8 @@ class Executor:
         self.delay.add(now - request_tick)
         if self.config.sync:  # the robot waited: start where it stopped, s rows only
             rows = np.asarray(chunk.actions_rad)
-            self._unexecuted = rows[self.execute_horizon:]
-            chunk = replace(chunk, actions_rad=rows[:self.execute_horizon], start_tick=now)
+            self._unexecuted = rows[self.execute_horizon :]
+            chunk = replace(chunk, actions_rad=rows[: self.execute_horizon], start_tick=now)
         dropped = splice(self._queue, chunk, now, "blend" if self.mode == "naive" else "replace")
         index = len(self.received)
         self.received.append(ReceivedChunk(index, chunk, request_tick, d, now, dropped))

@@ -51,8 +51,12 @@ class LatentCache:
         with self._lock:
             robot = self._robots.setdefault(robot_id, _Robot())
             latent = robot.latent
-        if (latent is None or latent.version != version or latent.instruction != obs.instruction
-                or obs.tick < latent.tick):
+        if (
+            latent is None
+            or latent.version != version
+            or latent.instruction != obs.instruction
+            or obs.tick < latent.tick
+        ):
             latent = self.refresh(robot_id, obs, version)
         age = obs.tick - latent.tick if obs.images else 0
         with self._lock:

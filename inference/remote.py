@@ -44,8 +44,7 @@ class RemoteChunkSource:
             times in ns per answered request.
     """
 
-    def __init__(self, client: ClientSocket, robot_id: str, action_dim: int, *,
-                 reply_timeout_s: float = 2.0) -> None:
+    def __init__(self, client: ClientSocket, robot_id: str, action_dim: int, *, reply_timeout_s: float = 2.0) -> None:
         self.client = client
         self.robot_id = robot_id
         self.action_dim = action_dim
@@ -59,11 +58,17 @@ class RemoteChunkSource:
         self._next_id += 1
         sent_ns = time.monotonic_ns()
         msg = ObservationRequest(
-            robot_id=self.robot_id, request_id=self._next_id, tick=obs.tick,
-            state=np.asarray(obs.state_rad, dtype=np.float64), in_flight=np.asarray(prefix, dtype=np.float64),
-            images=obs.images, instruction=obs.instruction, delay_ticks=obs.delay_ticks,
+            robot_id=self.robot_id,
+            request_id=self._next_id,
+            tick=obs.tick,
+            state=np.asarray(obs.state_rad, dtype=np.float64),
+            in_flight=np.asarray(prefix, dtype=np.float64),
+            images=obs.images,
+            instruction=obs.instruction,
+            delay_ticks=obs.delay_ticks,
             sent_time_ns=sent_ns,
-            env_state=None if obs.env_state is None else np.asarray(obs.env_state, dtype=np.float32))
+            env_state=None if obs.env_state is None else np.asarray(obs.env_state, dtype=np.float32),
+        )
         self.client.send(msg, timeout_s=0.0)
         self.stats.add(encode=self.client.last_encode_ns)
         self._waiting = (self._next_id, sent_ns)
@@ -93,8 +98,9 @@ class RemoteChunkSource:
             return None  # a late reply to a request given up on
         sent_ns, self._waiting = self._waiting[1], None
         self.stats.add(rtt=time.monotonic_ns() - sent_ns, **msg.timings_ns)
-        return ActionChunk(actions_rad=np.asarray(msg.actions, dtype=np.float64), start_tick=msg.start_tick,
-                           version=msg.version)
+        return ActionChunk(
+            actions_rad=np.asarray(msg.actions, dtype=np.float64), start_tick=msg.start_tick, version=msg.version
+        )
 
 
 class SteppedRemoteSource:
@@ -127,16 +133,29 @@ class SteppedRemoteSource:
                 return chunk
 
 
-def remote_executor(robot: SafeRobot, client: ClientSocket, server_info: dict, config: ExecutorConfig, *,
-                    robot_id: str, stepped_delay: int | None = None,
-                    intervener: Intervener | None = None) -> Executor:
+def remote_executor(
+    robot: SafeRobot,
+    client: ClientSocket,
+    server_info: dict,
+    config: ExecutorConfig,
+    *,
+    robot_id: str,
+    stepped_delay: int | None = None,
+    intervener: Intervener | None = None,
+) -> Executor:
     """The executor of an arm served by the server behind `client` (connected;
     `server_info` its hello reply). `stepped_delay` None: chunks arrive when they arrive
     (wall clock); an int d: each is taken in exactly d ticks after its request
     (`SteppedRemoteSource`, for a simulated arm on a `SimClock`)."""
     remote = RemoteChunkSource(client, robot_id, robot.spec.num_joints)
     source = remote if stepped_delay is None else SteppedRemoteSource(remote, stepped_delay)
-    first = (initial_delay_ticks(server_info, robot.spec.control_rate_hz) if stepped_delay is None
-             else stepped_delay)
-    return Executor(robot, source, int(server_info["horizon"]), config, initial_delay_ticks=first,
-                    intervener=intervener, lost_errors=(WireError,))
+    first = initial_delay_ticks(server_info, robot.spec.control_rate_hz) if stepped_delay is None else stepped_delay
+    return Executor(
+        robot,
+        source,
+        int(server_info["horizon"]),
+        config,
+        initial_delay_ticks=first,
+        intervener=intervener,
+        lost_errors=(WireError,),
+    )

@@ -88,8 +88,11 @@ class EpisodeResult:
 
     def switch_ticks(self) -> list[int]:
         """Trace indices where a row came from a different chunk than the tick before."""
-        return [k for k in range(1, len(self.trace)) if self.trace[k].chunk_id >= 0
-                and self.trace[k].chunk_id != self.trace[k - 1].chunk_id]
+        return [
+            k
+            for k in range(1, len(self.trace))
+            if self.trace[k].chunk_id >= 0 and self.trace[k].chunk_id != self.trace[k - 1].chunk_id
+        ]
 
 
 class EpisodeObserver(Protocol):
@@ -134,8 +137,15 @@ class EpisodeRunner:
         observers: see `EpisodeObserver`.
     """
 
-    def __init__(self, robot: SafeRobot, task: Task, executor: Executor | EnsembleExecutor, clock: Clock, *,
-                 observers: Sequence[EpisodeObserver] = ()) -> None:
+    def __init__(
+        self,
+        robot: SafeRobot,
+        task: Task,
+        executor: Executor | EnsembleExecutor,
+        clock: Clock,
+        *,
+        observers: Sequence[EpisodeObserver] = (),
+    ) -> None:
         self.robot, self.task, self.executor, self.clock = robot, task, executor, clock
         self.observers = list(observers)
 
@@ -183,14 +193,20 @@ class EpisodeRunner:
             intervener.end_episode(self.outcome.success)
         stats, trace = self.robot.stats, self.executor.trace
         result = EpisodeResult(
-            seed=self.seed, success=bool(self.outcome.success), ticks=self.ticks,
-            episode_return=float(self.episode_return), pauses=sum(r.paused for r in trace),
+            seed=self.seed,
+            success=bool(self.outcome.success),
+            ticks=self.ticks,
+            episode_return=float(self.episode_return),
+            pauses=sum(r.paused for r in trace),
             step_clamps=stats.step_clamps - self._clamps_before[0],
             safety_clamps=stats.step_clamps + stats.limit_clamps + stats.workspace_clamps - self._clamps_before[1],
-            missed_ticks=self._rate.overruns, intervention_ticks=sum(r.intervened for r in trace),
+            missed_ticks=self._rate.overruns,
+            intervention_ticks=sum(r.intervened for r in trace),
             takeovers=0 if intervener is None else intervener.episode_takeovers,
             versions=sorted({r.version for r in trace if r.version >= 0}),
-            trace=trace, received=self.executor.received)
+            trace=trace,
+            received=self.executor.received,
+        )
         for observer in self.observers:
             observer.on_episode_end(result)
         return result
@@ -224,8 +240,10 @@ class StatusLine:
         if self._ticks % STATUS_EVERY_TICKS:
             return
         hz = self._ticks / max(time.monotonic() - self._start_s, 1e-9)
-        self.stream.write(f"\r  {hz:5.1f} Hz  delay {self.executor.delay.estimate():2d} ticks  "
-                          f"version {max(event.record.version, 0)}  paused {self._paused:3d}   ")
+        self.stream.write(
+            f"\r  {hz:5.1f} Hz  delay {self.executor.delay.estimate():2d} ticks  "
+            f"version {max(event.record.version, 0)}  paused {self._paused:3d}   "
+        )
         self.stream.flush()
 
     def on_episode_end(self, result: EpisodeResult) -> None:
@@ -238,5 +256,8 @@ def delay_summary(episodes: Sequence[EpisodeResult]) -> dict[str, float]:
     delays = np.asarray([d for e in episodes for d in e.delays_ticks()], dtype=np.float64)
     if delays.size == 0:
         return {}
-    return {"p50": float(np.percentile(delays, 50)), "p95": float(np.percentile(delays, 95)),
-            "max": float(delays.max())}
+    return {
+        "p50": float(np.percentile(delays, 50)),
+        "p95": float(np.percentile(delays, 95)),
+        "max": float(delays.max()),
+    }

@@ -26,20 +26,27 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import zmq
 
-from robotrl.core.policy import (ActionChunk, BatchedPolicy, ChunkPolicy, PolicyObservation, ReloadablePolicy,
-                                 SlowFastPolicy)
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout
+from robotrl.core.policy import (
+    ActionChunk,
+    BatchedPolicy,
+    ChunkPolicy,
+    PolicyObservation,
+    ReloadablePolicy,
+    SlowFastPolicy,
+)
 from robotrl.inference.chunking import forward_state
 from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
-from robotrl.wire.weights import WeightSubscriber, weight_endpoints
-from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout
 from robotrl.wire.keys import ServerKeys
 from robotrl.wire.messages import ChunkReply, ErrorReply, Message, ObservationRequest
 from robotrl.wire.transport import ServerSocket
+from robotrl.wire.weights import WeightSubscriber, weight_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,26 @@ class ServerConfig:
     requests for the latest weights), or None to serve fixed weights."""
 
 
+STEP_RAD = 0.1
+"""Default per-tick joint step for forwarding states: the safety step of 3 rad/s at 30 Hz."""
+
+
+@dataclass(frozen=True)
+class ServeJob:
+    """One `robotrl serve` process (`robotrl learn` and `robotrl deploy` write one to a
+    file for their server child)."""
+
+    policy: Path
+    """Checkpoint folder (robotrl train output or a lerobot pretrained_model folder)."""
+    server: ServerConfig = ServerConfig()
+    step_rad: float = STEP_RAD
+    """Per-tick joint step used to clamp forwarded states (every joint)."""
+    seed: int = 0
+    """Seed of the policy's sampling noise."""
+    curve_keys: Path | None = None
+    """Folder with server.key_secret and allowed_clients/ (CURVE), or None."""
+
+
 @dataclass
 class _Pending:
     identity: bytes
@@ -73,8 +100,14 @@ class _Pending:
 class PolicyServer:
     """Serve `policy` at `config.endpoint`; `start()` returns once it accepts robots."""
 
-    def __init__(self, policy: ChunkPolicy, config: ServerConfig = ServerConfig(), *,
-                 curve: ServerKeys | None = None, version: int = 0) -> None:
+    def __init__(
+        self,
+        policy: ChunkPolicy,
+        config: ServerConfig = ServerConfig(),
+        *,
+        curve: ServerKeys | None = None,
+        version: int = 0,
+    ) -> None:
         self.policy = policy
         self.config = config
         self.curve = curve
@@ -107,11 +140,15 @@ class PolicyServer:
         if self.config.weights_from is not None:
             endpoints = weight_endpoints(self.config.weights_from)
             if not isinstance(self.policy, ReloadablePolicy):
-                raise ValueError(f"{self.policy.metadata.policy_type} policies cannot load new weights: "
-                                 "serve without weights_from (--weights-from)")
+                raise ValueError(
+                    f"{self.policy.metadata.policy_type} policies cannot load new weights: "
+                    "serve without weights_from (--weights-from)"
+                )
         self._warm_up()
-        self._threads = [threading.Thread(target=self._io_loop, name="robotrl-server-io", daemon=True),
-                         threading.Thread(target=self._model_loop, name="robotrl-server-model", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._io_loop, name="robotrl-server-io", daemon=True),
+            threading.Thread(target=self._model_loop, name="robotrl-server-model", daemon=True),
+        ]
         if self._latents is not None:
             self._threads.append(threading.Thread(target=self._slow_loop, name="robotrl-server-slow", daemon=True))
         for thread in self._threads:
@@ -153,9 +190,11 @@ class PolicyServer:
     def _warm_up(self) -> None:
         meta = self.policy.metadata
         obs = PolicyObservation(
-            state_rad=np.zeros(meta.state_dim), tick=0,
+            state_rad=np.zeros(meta.state_dim),
+            tick=0,
             images={cam: np.zeros((meta.image_size_px, meta.image_size_px, 3), np.uint8) for cam in meta.cameras},
-            env_state=np.zeros(meta.env_state_dim, np.float32) if meta.env_state_dim else None)
+            env_state=np.zeros(meta.env_state_dim, np.float32) if meta.env_state_dim else None,
+        )
         times_ms = []
         for _ in range(self.config.warmup_calls):
             start = time.perf_counter()
@@ -167,11 +206,16 @@ class PolicyServer:
         self.model_ms = float(np.median(times_ms[1:] or times_ms)) if times_ms else 0.0
 
     def _io_loop(self) -> None:
-        info = {"policy": self.policy.metadata.policy_type, "horizon": self.policy.metadata.horizon,
-                "action_dim": self.policy.metadata.action_dim, "version": self.version,
-                "model_ms": self.model_ms, "cameras": list(self.policy.metadata.cameras),
-                "image_size_px": self.policy.metadata.image_size_px,
-                "env_state_dim": self.policy.metadata.env_state_dim}
+        info = {
+            "policy": self.policy.metadata.policy_type,
+            "horizon": self.policy.metadata.horizon,
+            "action_dim": self.policy.metadata.action_dim,
+            "version": self.version,
+            "model_ms": self.model_ms,
+            "cameras": list(self.policy.metadata.cameras),
+            "image_size_px": self.policy.metadata.image_size_px,
+            "env_state_dim": self.policy.metadata.env_state_dim,
+        }
         try:
             server = ServerSocket(self.config.endpoint, curve=self.curve, server_info=info)
         except BaseException as exc:  # surfaced by start()
@@ -213,8 +257,15 @@ class PolicyServer:
             if isinstance(msg, ObservationRequest):
                 self._requests.put(_Pending(identity, msg, time.perf_counter_ns()))
             else:
-                server.send(identity, ErrorReply(request_id=getattr(msg, "request_id", -1), code="protocol",
-                                                 message=f"a robot may not send {type(msg).__name__}"), 0.0)
+                server.send(
+                    identity,
+                    ErrorReply(
+                        request_id=getattr(msg, "request_id", -1),
+                        code="protocol",
+                        message=f"a robot may not send {type(msg).__name__}",
+                    ),
+                    0.0,
+                )
 
     def _send_replies(self, server: ServerSocket) -> None:
         while True:
@@ -261,10 +312,16 @@ class PolicyServer:
             queue_ns = start_ns - p.received_ns
             total_ns = time.perf_counter_ns() - p.received_ns
             self.stats.add(queue=queue_ns, model=model_ns, total=total_ns)
-            self._reply(p.identity, ChunkReply(
-                request_id=p.request.request_id, start_tick=chunk.start_tick,
-                actions=np.asarray(chunk.actions_rad, dtype=np.float32), version=self.version,
-                timings_ns={"queue": queue_ns, "model": model_ns, "total": total_ns}))
+            self._reply(
+                p.identity,
+                ChunkReply(
+                    request_id=p.request.request_id,
+                    start_tick=chunk.start_tick,
+                    actions=np.asarray(chunk.actions_rad, dtype=np.float32),
+                    version=self.version,
+                    timings_ns={"queue": queue_ns, "model": model_ns, "total": total_ns},
+                ),
+            )
 
     def _reply(self, identity: bytes, reply: Message) -> None:
         self._replies.put((identity, reply))
@@ -275,12 +332,22 @@ class PolicyServer:
 
     def _observation(self, req: ObservationRequest) -> PolicyObservation:
         """The policy's view of a request: the state forwarded to the chunk's first tick."""
-        s_hat = forward_state(np.asarray(req.state, dtype=np.float64), np.asarray(req.in_flight, dtype=np.float64),
-                              req.delay_ticks, max_step_rad=self._max_step)
+        s_hat = forward_state(
+            np.asarray(req.state, dtype=np.float64),
+            np.asarray(req.in_flight, dtype=np.float64),
+            req.delay_ticks,
+            max_step_rad=self._max_step,
+        )
         prefix = np.asarray(req.in_flight, dtype=np.float64) if len(req.in_flight) else None
-        obs = PolicyObservation(state_rad=s_hat, tick=req.tick, instruction=req.instruction,
-                                images=dict(req.images), delay_ticks=req.delay_ticks, prefix_rad=prefix,
-                                env_state=req.env_state)
+        obs = PolicyObservation(
+            state_rad=s_hat,
+            tick=req.tick,
+            instruction=req.instruction,
+            images=dict(req.images),
+            delay_ticks=req.delay_ticks,
+            prefix_rad=prefix,
+            env_state=req.env_state,
+        )
         if self._latents is not None and obs.images:
             with self._lock:
                 self._newest_obs[req.robot_id] = obs
@@ -293,7 +360,9 @@ class PolicyServer:
                 return policy.predict_chunks(observations)
             return [policy.predict_chunk(obs) for obs in observations]
         assert isinstance(policy, SlowFastPolicy)
-        pairs = [self._latents.latent_for(robot_id, obs, self.version) for obs, robot_id in zip(observations, robot_ids)]
+        pairs = [
+            self._latents.latent_for(robot_id, obs, self.version) for obs, robot_id in zip(observations, robot_ids)
+        ]
         latents, ages = [value for value, _ in pairs], [age for _, age in pairs]
         if isinstance(policy, BatchedPolicy):
             return policy.predict_chunks(observations, latents, ages)
@@ -320,8 +389,9 @@ class PolicyServer:
                     assert isinstance(self.policy, ReloadablePolicy)
                     self.policy.load_weights(weights)
                 except Exception:
-                    log.exception("weights version %d could not be loaded; still serving version %d",
-                                  version, self.version)
+                    log.exception(
+                        "weights version %d could not be loaded; still serving version %d", version, self.version
+                    )
                     return
                 self.version = version
             self.swapped_at_ns[version] = time.monotonic_ns()

@@ -49,8 +49,9 @@ class ExpertChunkPolicy:
     def __init__(self, expert: Expert, horizon: int, spec: RobotSpec, version: int = 0) -> None:
         self.expert = expert
         self.version = version
-        self._metadata = PolicyMetadata("scripted_expert", horizon, spec.num_joints,
-                                        spec.control_rate_hz, spec.num_joints)
+        self._metadata = PolicyMetadata(
+            "scripted_expert", horizon, spec.num_joints, spec.control_rate_hz, spec.num_joints
+        )
         self._snapshots: dict[int, Expert] = {}  # tick -> expert before its row for that tick
         self._last_obs_tick: int | None = None
 
@@ -96,11 +97,21 @@ def _clone(expert: Expert) -> Expert:
     return twin
 
 
-def run_stepped_episode(env: TaskEnv, seed: int, mode: str, delay_ticks: int | Callable[[np.random.Generator], int],
-                        horizon: int = 16, *, threshold: float = 0.5, execute_horizon: int | None = None,
-                        policy: ChunkPolicy | None = None, initial_delay_ticks: int | None = None,
-                        lag_deadband_rad: float | None = None, slow_every: int = 1,
-                        intervener: Intervener | None = None) -> EpisodeResult:
+def run_stepped_episode(
+    env: TaskEnv,
+    seed: int,
+    mode: str,
+    delay_ticks: int | Callable[[np.random.Generator], int],
+    horizon: int = 16,
+    *,
+    threshold: float = 0.5,
+    execute_horizon: int | None = None,
+    policy: ChunkPolicy | None = None,
+    initial_delay_ticks: int | None = None,
+    lag_deadband_rad: float | None = None,
+    slow_every: int = 1,
+    intervener: Intervener | None = None,
+) -> EpisodeResult:
     """Reset `env` with `seed` and run a chunk policy through an executor in `mode` (one of
     `STEPPED_MODES`; "ensemble" is ACT temporal ensembling) until the episode ends.
 
@@ -130,8 +141,14 @@ def run_stepped_episode(env: TaskEnv, seed: int, mode: str, delay_ticks: int | C
         executor: Executor | EnsembleExecutor = EnsembleExecutor(env.robot, source)
     else:
         config = ExecutorConfig(mode, threshold, execute_horizon, lag_deadband_rad)
-        executor = Executor(env.robot, source, policy.metadata.horizon, config,
-                            initial_delay_ticks=initial_delay_ticks, intervener=intervener)
+        executor = Executor(
+            env.robot,
+            source,
+            policy.metadata.horizon,
+            config,
+            initial_delay_ticks=initial_delay_ticks,
+            intervener=intervener,
+        )
     return EpisodeRunner(env.robot, env, executor, env.clock).run(seed)
 
 
@@ -154,8 +171,12 @@ class ClosedLoopPolicy:
         """Stateless."""
 
 
-def run_closed_loop(env: TaskEnv, make_policy: Callable[[TaskEnv, int], Callable[[np.ndarray], np.ndarray]],
-                    seed: int, observers: Sequence[EpisodeObserver] = ()) -> EpisodeResult:
+def run_closed_loop(
+    env: TaskEnv,
+    make_policy: Callable[[TaskEnv, int], Callable[[np.ndarray], np.ndarray]],
+    seed: int,
+    observers: Sequence[EpisodeObserver] = (),
+) -> EpisodeResult:
     """One episode of a per-tick policy (`robotrl.sim.rollout.POLICIES`) through the
     runner: `make_policy(env, seed)` is called once the scene of `seed` is set."""
     env.begin(seed)

@@ -27,8 +27,16 @@ from robotrl.wire.messages import TransitionBatch
 log = logging.getLogger(__name__)
 
 _FIELDS = ("ticks", "state", "action", "policy_action", "reward", "intervention", "version", "delay_ticks")
-_DTYPES = {"ticks": np.int64, "state": np.float32, "action": np.float32, "policy_action": np.float32,
-           "reward": np.float32, "intervention": np.bool_, "version": np.int64, "delay_ticks": np.int64}
+_DTYPES = {
+    "ticks": np.int64,
+    "state": np.float32,
+    "action": np.float32,
+    "policy_action": np.float32,
+    "reward": np.float32,
+    "intervention": np.bool_,
+    "version": np.int64,
+    "delay_ticks": np.int64,
+}
 
 
 def resize_image(image: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
@@ -57,8 +65,16 @@ class TransitionStreamer:
         sent_batches, dropped_batches, sent_rows: counters.
     """
 
-    def __init__(self, endpoint: str, robot_id: str, spec: TransitionSpec, *, every_ticks: int = 8,
-                 sndhwm: int = 256, linger_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        robot_id: str,
+        spec: TransitionSpec,
+        *,
+        every_ticks: int = 8,
+        sndhwm: int = 256,
+        linger_s: float = 1.0,
+    ) -> None:
         if every_ticks < 1 or sndhwm < 1:
             raise ValueError(f"every_ticks={every_ticks} and sndhwm={sndhwm} must be >= 1")
         self.endpoint, self.robot_id, self.spec = endpoint, robot_id, spec
@@ -88,9 +104,19 @@ class TransitionStreamer:
         self._seq = 0
         return self.episode_id
 
-    def record(self, tick: int, state: np.ndarray, images: dict[str, np.ndarray], env_state: np.ndarray | None,
-               action: np.ndarray, policy_action: np.ndarray, reward: float, intervention: bool,
-               version: int, delay_ticks: int) -> None:
+    def record(
+        self,
+        tick: int,
+        state: np.ndarray,
+        images: dict[str, np.ndarray],
+        env_state: np.ndarray | None,
+        action: np.ndarray,
+        policy_action: np.ndarray,
+        reward: float,
+        intervention: bool,
+        version: int,
+        delay_ticks: int,
+    ) -> None:
         """Buffer one row: the observation at `tick` (before acting: (S,) `state`,
         camera -> uint8 (H, W, 3) `images` at any size, (E,) `env_state` or None), the
         executed post-safety target `action` (A,), the policy's own row `policy_action`
@@ -104,11 +130,20 @@ class TransitionStreamer:
         missing = set(self.spec.cameras) - set(images)
         if missing:
             raise ValueError(f"robot {self.robot_id!r}: no image from cameras {sorted(missing)}")
-        self._rows.append({
-            "ticks": tick, "state": state, "action": action, "policy_action": policy_action, "reward": reward,
-            "intervention": intervention, "version": version, "delay_ticks": delay_ticks,
-            "images": {cam: resize_image(images[cam], hw) for cam, hw in self.spec.cameras.items()},
-            "env_state": env_state if self.spec.env_state_dim else None})
+        self._rows.append(
+            {
+                "ticks": tick,
+                "state": state,
+                "action": action,
+                "policy_action": policy_action,
+                "reward": reward,
+                "intervention": intervention,
+                "version": version,
+                "delay_ticks": delay_ticks,
+                "images": {cam: resize_image(images[cam], hw) for cam, hw in self.spec.cameras.items()},
+                "env_state": env_state if self.spec.env_state_dim else None,
+            }
+        )
 
     def end_episode(self, success: bool) -> None:
         """Send the buffered rows (at least the last one) with `episode_done` and `success`."""
@@ -132,10 +167,16 @@ class TransitionStreamer:
         rows, self._rows = self._rows, []
         cols = {name: np.asarray([r[name] for r in rows], dtype=_DTYPES[name]) for name in _FIELDS}
         batch = TransitionBatch(
-            robot_id=self.robot_id, episode_id=self.episode_id, seq=self._seq, **cols,
+            robot_id=self.robot_id,
+            episode_id=self.episode_id,
+            seq=self._seq,
+            **cols,
             images={cam: np.stack([r["images"][cam] for r in rows]) for cam in self.spec.cameras},
             env_state=np.asarray([r["env_state"] for r in rows], np.float32) if self.spec.env_state_dim else None,
-            instruction=self.instruction, episode_done=done, success=success)
+            instruction=self.instruction,
+            episode_done=done,
+            success=success,
+        )
         self.spec.check(batch)
         self._seq += len(rows)
         try:
@@ -144,8 +185,12 @@ class TransitionStreamer:
             self.dropped_batches += 1
             if time.monotonic() - self._warned_at_s > 5.0:
                 self._warned_at_s = time.monotonic()
-                log.warning("robot %r: learner at %s not taking transitions; %d batches dropped so far",
-                            self.robot_id, self.endpoint, self.dropped_batches)
+                log.warning(
+                    "robot %r: learner at %s not taking transitions; %d batches dropped so far",
+                    self.robot_id,
+                    self.endpoint,
+                    self.dropped_batches,
+                )
             return
         self.sent_batches += 1
         self.sent_rows += len(rows)
@@ -168,8 +213,18 @@ class TransitionRecorder:
     def on_tick(self, event: TickEvent) -> None:
         r = event.record
         policy_row = r.requested_rad if r.policy_rad is None else r.policy_rad
-        self.streamer.record(r.tick, event.state.q_rad, event.state.images, event.env_state, r.sent_rad,
-                             policy_row, event.outcome.reward, r.intervened, r.version, r.delay_ticks)
+        self.streamer.record(
+            r.tick,
+            event.state.q_rad,
+            event.state.images,
+            event.env_state,
+            r.sent_rad,
+            policy_row,
+            event.outcome.reward,
+            r.intervened,
+            r.version,
+            r.delay_ticks,
+        )
 
     def on_episode_end(self, result: EpisodeResult) -> None:
         self.streamer.end_episode(result.success)

@@ -27,8 +27,13 @@ def code_version() -> str:
     from robotrl import __version__
 
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         sha = ""
     return f"robotrl {__version__}" + (f" ({sha})" if sha else "")
@@ -62,11 +67,15 @@ def read_checkpoint(path: Path, policy_type: str) -> tuple[dict, dict[str, torch
     doc = read_config(path)
     found = doc.get("policy_type")
     if found != policy_type:
-        raise ConfigError(f"checkpoint {path} holds a {found!r} policy, not {policy_type!r}; "
-                          "load it with robotrl.policies.loading.load_policy")
+        raise ConfigError(
+            f"checkpoint {path} holds a {found!r} policy, not {policy_type!r}; "
+            "load it with robotrl.policies.loading.load_policy"
+        )
     if doc.get("format_version", 0) > FORMAT_VERSION:
-        raise ConfigError(f"checkpoint {path} has format version {doc['format_version']}; "
-                          f"this robotrl reads up to {FORMAT_VERSION}: upgrade robotrl")
+        raise ConfigError(
+            f"checkpoint {path} has format version {doc['format_version']}; "
+            f"this robotrl reads up to {FORMAT_VERSION}: upgrade robotrl"
+        )
     weights = Path(path) / WEIGHTS_FILE
     if not weights.is_file():
         raise ConfigError(f"checkpoint {path} has no {WEIGHTS_FILE}")
@@ -93,8 +102,10 @@ def load_weights_bytes(data: bytes, expected: dict[str, torch.Tensor]) -> dict[s
     for name, ref in expected.items():
         got = tensors[name]
         if got.shape != ref.shape or got.dtype != ref.dtype:
-            raise ConfigError(f"weights do not fit this policy: {name} is {tuple(got.shape)} {got.dtype}, "
-                              f"expected {tuple(ref.shape)} {ref.dtype}")
+            raise ConfigError(
+                f"weights do not fit this policy: {name} is {tuple(got.shape)} {got.dtype}, "
+                f"expected {tuple(ref.shape)} {ref.dtype}"
+            )
     return tensors
 
 

@@ -35,5 +35,7 @@ def load_policy(path: Path, *, seed: int = 0) -> ChunkPolicy:
         from robotrl.policies.lerobot_adapter.policy import LerobotChunkPolicy
 
         return LerobotChunkPolicy.from_pretrained(path, seed=seed)
-    raise ConfigError(f"checkpoint {path} holds an unknown policy type {policy_type!r}; "
-                      f"robotrl serves {', '.join(POLICY_TYPES)} and lerobot pretrained_model folders")
+    raise ConfigError(
+        f"checkpoint {path} holds an unknown policy type {policy_type!r}; "
+        f"robotrl serves {', '.join(POLICY_TYPES)} and lerobot pretrained_model folders"
+    )

@@ -24,7 +24,7 @@ COMMANDS: dict[str, str] = {
     "learner": "the online learner process: pull transitions, update (sac, hil-flow, dsrl), publish weights",
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
     "bench": "benchmarks, each with its own options: sim, record, transport, serve, policy, buffer, learner, "
-             "latency, sim2sim (`robotrl bench NAME --help`)",
+    "latency, sim2sim (`robotrl bench NAME --help`)",
     "train": "train a fast/slow flow-matching chunk policy on a LeRobot dataset",
     "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }
@@ -32,8 +32,10 @@ COMMANDS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="robotrl", description="robotrl: asynchronous learning stack for robot arms. "
-        "Run `robotrl COMMAND --help` for a command's options.")
+        prog="robotrl",
+        description="robotrl: asynchronous learning stack for robot arms. "
+        "Run `robotrl COMMAND --help` for a command's options.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
@@ -45,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     top = build_parser()
     known, rest = top.parse_known_args(argv)
-    logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if known.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("OpenGL", "lerobot"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     module = importlib.import_module(f"robotrl.commands.{known.command}")

@@ -59,8 +59,13 @@ def _roles(path: str, value: object, allowed: tuple[str, ...], kind: str) -> tup
 class RobotEntry:
     """`[robots.NAME]`: one arm."""
 
-    TOML_KEYS: ClassVar[dict[str, str]] = {"model": "model", "driver": "driver", "port": "port",
-                                           "id": "calibration_id", "roles": "roles"}
+    TOML_KEYS: ClassVar[dict[str, str]] = {
+        "model": "model",
+        "driver": "driver",
+        "port": "port",
+        "id": "calibration_id",
+        "roles": "roles",
+    }
     name: str
     """Table name, e.g. "left_arm"."""
     model: str
@@ -97,8 +102,14 @@ class RobotEntry:
 class CameraEntry:
     """`[cameras.NAME]`: one camera, opened by OpenCV index or device path."""
 
-    TOML_KEYS: ClassVar[dict[str, str]] = {"index": "index", "path": "path", "width": "width_px",
-                                           "height": "height_px", "fps": "fps", "robot": "robot"}
+    TOML_KEYS: ClassVar[dict[str, str]] = {
+        "index": "index",
+        "path": "path",
+        "width": "width_px",
+        "height": "height_px",
+        "fps": "fps",
+        "robot": "robot",
+    }
     name: str
     """Table name, also the image key the robot reports, e.g. "front"."""
     index: int | None = None
@@ -117,7 +128,7 @@ class CameraEntry:
     def __post_init__(self) -> None:
         at = f"cameras.{self.name}"
         if self.index is None and self.path is None:
-            _fail(at, "needs index (e.g. index = 0) or path (e.g. path = \"/dev/video0\")")
+            _fail(at, 'needs index (e.g. index = 0) or path (e.g. path = "/dev/video0")')
         if self.index is not None and self.path is not None:
             _fail(f"{at}.path", "give index or path, not both")
         if self.index is not None:
@@ -188,8 +199,10 @@ class Fleet:
             key = "path" if camera.path is not None else "index"
             claim(f"cameras.{camera.name}.{key}", ("camera", camera.device), camera.device)
             if camera.robot is not None and camera.robot not in names:
-                _fail(f"cameras.{camera.name}.robot",
-                      f"{camera.robot!r} is not a robot in this file ({', '.join(names) or 'none declared'})")
+                _fail(
+                    f"cameras.{camera.name}.robot",
+                    f"{camera.robot!r} is not a robot in this file ({', '.join(names) or 'none declared'})",
+                )
         for gpu in self.gpus:
             claim(f"gpus.{gpu.name}.index", ("gpu", gpu.host, gpu.index), f"GPU {gpu.index} of {gpu.host}")
 
@@ -201,9 +214,13 @@ class Fleet:
 
     def to_dict(self) -> dict:
         """Plain JSON-able form, with the role assignments."""
-        return {"source": self.source, "robots": [asdict(r) for r in self.robots],
-                "cameras": [asdict(c) for c in self.cameras], "gpus": [asdict(g) for g in self.gpus],
-                "roles": {role: list(names) for role, names in self.assignments().items()}}
+        return {
+            "source": self.source,
+            "robots": [asdict(r) for r in self.robots],
+            "cameras": [asdict(c) for c in self.cameras],
+            "gpus": [asdict(g) for g in self.gpus],
+            "roles": {role: list(names) for role, names in self.assignments().items()},
+        }
 
 
 SECTIONS = {"robots": RobotEntry, "cameras": CameraEntry, "gpus": GpuEntry}
@@ -270,11 +287,14 @@ def check_devices(fleet: Fleet) -> list[str]:
             from robotrl.hardware.discovery import find_serial_ports
 
             found = ", ".join(port.device for port in find_serial_ports()) or "none"
-            problems.append(f"{at}: serial port {robot.port} does not exist; is the arm's bus adapter "
-                            f"plugged in and powered? (serial ports here: {found})")
+            problems.append(
+                f"{at}: serial port {robot.port} does not exist; is the arm's bus adapter "
+                f"plugged in and powered? (serial ports here: {found})"
+            )
         elif not os.access(robot.port, os.R_OK | os.W_OK):
-            problems.append(f"{at}: no read/write permission on {robot.port}; "
-                            "add your user to the 'dialout' group and log in again")
+            problems.append(
+                f"{at}: no read/write permission on {robot.port}; add your user to the 'dialout' group and log in again"
+            )
     for camera in fleet.cameras:
         node = camera.path
         if node is None and sys.platform.startswith("linux"):

@@ -16,9 +16,10 @@ import numpy as np
 
 from robotrl.core.clock import Clock, Rate, SimClock
 from robotrl.core.episode import Observation, Step
+from robotrl.core.robot import CameraSpec, RobotSpec
+from robotrl.core.seeds import SEED_STRIDE
 from robotrl.core.task import TaskOutcome
 from robotrl.hardware.models import get_arm
-from robotrl.core.robot import CameraSpec, RobotSpec
 from robotrl.hardware.safety import SafeRobot, SafetyLimits
 from robotrl.hardware.sim_arm.robot import DEFAULT_CAMERAS, SimRobot
 from robotrl.hardware.sim_arm.scene import build_arm_spec
@@ -39,9 +40,16 @@ class TaskEnv:
         safety: `SafeRobot` limits.
     """
 
-    def __init__(self, task: str | Task = "reach", scenario: str | Scenario = "nominal", *,
-                 arm: str = "so101", cameras: tuple[CameraSpec, ...] = DEFAULT_CAMERAS,
-                 clock: Clock | None = None, safety: SafetyLimits = SafetyLimits()) -> None:
+    def __init__(
+        self,
+        task: str | Task = "reach",
+        scenario: str | Scenario = "nominal",
+        *,
+        arm: str = "so101",
+        cameras: tuple[CameraSpec, ...] = DEFAULT_CAMERAS,
+        clock: Clock | None = None,
+        safety: SafetyLimits = SafetyLimits(),
+    ) -> None:
         self.task = make_task(task) if isinstance(task, str) else task
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
         spec = build_arm_spec(get_arm(arm))
@@ -49,8 +57,7 @@ class TaskEnv:
         model = spec.compile()
         self.scenario.apply(model)
         self.clock = clock if clock is not None else SimClock()
-        self.sim = SimRobot(model, arm=arm, cameras=cameras, clock=self.clock,
-                            q_noise_rad=self.scenario.obs_noise_rad)
+        self.sim = SimRobot(model, arm=arm, cameras=cameras, clock=self.clock, q_noise_rad=self.scenario.obs_noise_rad)
         self.robot = SafeRobot(self.sim, safety, clock=self.clock)
         self.robot.connect()
         self.instruction = ""
@@ -103,7 +110,7 @@ class TaskEnv:
         """The task's scripted expert for the current episode (seeded by `seed`, default
         the episode's seed)."""
         expert = self.task.make_expert(self.sim, noise_m=noise_m)
-        expert.reset(np.random.default_rng((self.seed if seed is None else seed) + 1_000_003))
+        expert.reset(np.random.default_rng((self.seed if seed is None else seed) + SEED_STRIDE))
         return expert
 
     def step(self, target_rad: np.ndarray) -> Step:

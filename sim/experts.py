@@ -36,8 +36,9 @@ class CartesianMover:
             demonstrations); 0 for a clean expert.
     """
 
-    def __init__(self, kinematics: Kinematics, *, speed_m_s: float = 0.3, dt_s: float = 1 / 30,
-                 noise_m: float = 0.0) -> None:
+    def __init__(
+        self, kinematics: Kinematics, *, speed_m_s: float = 0.3, dt_s: float = 1 / 30, noise_m: float = 0.0
+    ) -> None:
         self.kin = kinematics
         self.max_step_m = speed_m_s * dt_s
         self.noise_m = noise_m
@@ -62,8 +63,9 @@ class CartesianMover:
         rot = self.kin.forward(q_rad)[1]
         return float(np.arctan2(rot[1, 0], rot[0, 0]))
 
-    def step(self, waypoint_m: np.ndarray, gripper_rad: float, yaw_rad: float | None = None,
-             point_down: bool = True) -> np.ndarray:
+    def step(
+        self, waypoint_m: np.ndarray, gripper_rad: float, yaw_rad: float | None = None, point_down: bool = True
+    ) -> np.ndarray:
         """Advance the reference point toward `waypoint_m`; (J,) joint target. With
         `point_down` the fingers point straight down (grasping), else only the position
         is controlled (reaching: the wrist limits forbid pointing down far out)."""
@@ -78,10 +80,12 @@ class CartesianMover:
         for _ in range(2):  # roll changes the fingertip position a little: solve twice
             if yaw_rad is not None:
                 # Pointing down, rolling the wrist by +x turns the jaw axis by +x in yaw.
-                q[ROLL] = np.clip(q[ROLL] - wrap_quarter(self.jaw_yaw(q) - yaw_rad),
-                                  self.kin.lower_rad[ROLL] + 0.05, self.kin.upper_rad[ROLL] - 0.05)
-            q = self.kin.ik(ref, q, approach_axis=DOWN if point_down else None, joints=slice(0, 4),
-                            max_iters=30).q_rad
+                q[ROLL] = np.clip(
+                    q[ROLL] - wrap_quarter(self.jaw_yaw(q) - yaw_rad),
+                    self.kin.lower_rad[ROLL] + 0.05,
+                    self.kin.upper_rad[ROLL] - 0.05,
+                )
+            q = self.kin.ik(ref, q, approach_axis=DOWN if point_down else None, joints=slice(0, 4), max_iters=30).q_rad
         q[:-1] = self._q[:-1] + np.clip(q[:-1] - self._q[:-1], -JOINT_STEP_RAD, JOINT_STEP_RAD)
         q[-1] = self._q[-1] + np.clip(gripper_rad - self._q[-1], -GRIPPER_STEP_RAD, GRIPPER_STEP_RAD)
         self._q = q

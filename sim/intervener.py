@@ -30,8 +30,10 @@ def budget_ticks(episode: int, initial_ticks: int, taper_episodes: int, recent_s
     linearly to 0 at `taper_episodes`, times (1 - `recent_success_rate`), rounded down.
     E.g. (25, 100, 50) -> 100 * (1 - 25/50) = 50; (10, 100, 50, 0.5) -> 100 * 0.8 * 0.5 = 40."""
     if initial_ticks < 0 or taper_episodes <= 0 or not 0.0 <= recent_success_rate <= 1.0:
-        raise ValueError(f"need initial_ticks >= 0, taper_episodes > 0 and a success rate in [0, 1], got "
-                         f"{initial_ticks}, {taper_episodes}, {recent_success_rate}")
+        raise ValueError(
+            f"need initial_ticks >= 0, taper_episodes > 0 and a success rate in [0, 1], got "
+            f"{initial_ticks}, {taper_episodes}, {recent_success_rate}"
+        )
     share = max(0.0, 1.0 - episode / taper_episodes) * (1.0 - recent_success_rate)
     return int(np.floor(initial_ticks * share + 1e-9))
 
@@ -61,10 +63,19 @@ class ScriptedIntervener:
         drift_m, gripper_gap_rad: the last measured drift and gripper disagreement.
     """
 
-    def __init__(self, env, *, takeover_m: float = 0.06, handback_m: float = 0.02,
-                 takeover_gripper_rad: float | None = 0.5, min_ticks: int = 8,
-                 initial_budget_ticks: int = 150, taper_episodes: int = 100, taper_with_success: bool = False,
-                 success_window: int = 10) -> None:
+    def __init__(
+        self,
+        env,
+        *,
+        takeover_m: float = 0.06,
+        handback_m: float = 0.02,
+        takeover_gripper_rad: float | None = 0.5,
+        min_ticks: int = 8,
+        initial_budget_ticks: int = 150,
+        taper_episodes: int = 100,
+        taper_with_success: bool = False,
+        success_window: int = 10,
+    ) -> None:
         if not 0 < handback_m <= takeover_m:
             raise ValueError(f"need 0 < handback_m <= takeover_m, got {handback_m}, {takeover_m}")
         if takeover_gripper_rad is not None and takeover_gripper_rad <= 0:
@@ -120,7 +131,9 @@ class ScriptedIntervener:
             if (self._held >= self.min_ticks and agrees) or self.episode_ticks >= self.budget:
                 self.active = False
                 return None
-        elif (self.drift_m > self.takeover_m or self.gripper_gap_rad > gripper_limit) and self.episode_ticks < self.budget:
+        elif (
+            self.drift_m > self.takeover_m or self.gripper_gap_rad > gripper_limit
+        ) and self.episode_ticks < self.budget:
             self.active, self._held = True, 0
             self.takeovers += 1
             self.episode_takeovers += 1

@@ -55,8 +55,15 @@ class Scenario:
 
 SCENARIOS: dict[str, Scenario] = {
     "nominal": Scenario(),
-    "shifted": Scenario(name="shifted", friction_scale=0.6, mass_scale=1.3, kp_scale=0.7,
-                        damping_scale=1.5, obs_noise_rad=0.004, camera_shift_m=(0.02, -0.03, 0.02)),
+    "shifted": Scenario(
+        name="shifted",
+        friction_scale=0.6,
+        mass_scale=1.3,
+        kp_scale=0.7,
+        damping_scale=1.5,
+        obs_noise_rad=0.004,
+        camera_shift_m=(0.02, -0.03, 0.02),
+    ),
 }
 
 

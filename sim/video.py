@@ -53,8 +53,9 @@ class FrameSink:
         if self.video_path is not None:
             if self._writer is None:
                 fourcc = self._cv2.VideoWriter.fourcc(*"mp4v")
-                self._writer = self._cv2.VideoWriter(str(self.video_path), fourcc, self.fps,
-                                                     (bgr.shape[1], bgr.shape[0]))
+                self._writer = self._cv2.VideoWriter(
+                    str(self.video_path), fourcc, self.fps, (bgr.shape[1], bgr.shape[0])
+                )
             self._writer.write(bgr)
         self._last = bgr
 

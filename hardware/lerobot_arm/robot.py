@@ -55,10 +55,17 @@ class LerobotArm:
         units: how lerobot's units sit on the URDF joints; None takes `units_for(model)`.
     """
 
-    def __init__(self, model: str = "so101", *, port: str, robot_id: str | None = None,
-                 calibration_dir: str | Path | None = None,
-                 cameras: Mapping[str, CameraConfig] | None = None, control_rate_hz: float = 30.0,
-                 units: LerobotUnits | None = None) -> None:
+    def __init__(
+        self,
+        model: str = "so101",
+        *,
+        port: str,
+        robot_id: str | None = None,
+        calibration_dir: str | Path | None = None,
+        cameras: Mapping[str, CameraConfig] | None = None,
+        control_rate_hz: float = 30.0,
+        units: LerobotUnits | None = None,
+    ) -> None:
         self.arm = get_arm(model)
         self.port = port
         self.robot_id = robot_id
@@ -66,15 +73,20 @@ class LerobotArm:
         self._camera_configs = dict(cameras or {})
         kinematics = Kinematics(self.arm)
         self._spec = RobotSpec(
-            name=self.arm.name, joint_names=self.arm.joint_names, lower_rad=kinematics.lower_rad,
-            upper_rad=kinematics.upper_rad, max_velocity_rad_s=velocity_limits(self.arm),
-            control_rate_hz=control_rate_hz, cameras=_camera_specs(self._camera_configs),
-            ee_frame=self.arm.ee_frame)
-        self.units = units if units is not None else units_for(
-            self.arm.name, kinematics.lower_rad[-1], kinematics.upper_rad[-1])
+            name=self.arm.name,
+            joint_names=self.arm.joint_names,
+            lower_rad=kinematics.lower_rad,
+            upper_rad=kinematics.upper_rad,
+            max_velocity_rad_s=velocity_limits(self.arm),
+            control_rate_hz=control_rate_hz,
+            cameras=_camera_specs(self._camera_configs),
+            ee_frame=self.arm.ee_frame,
+        )
+        self.units = (
+            units if units is not None else units_for(self.arm.name, kinematics.lower_rad[-1], kinematics.upper_rad[-1])
+        )
         if self.units.num_joints != self._spec.num_joints:
-            raise ConfigError(f"units cover {self.units.num_joints} joints, "
-                              f"{model} has {self._spec.num_joints}")
+            raise ConfigError(f"units cover {self.units.num_joints} joints, {model} has {self._spec.num_joints}")
         self._keys = lerobot_keys(self.arm.joint_names)
         self._follower: SOFollower | None = None
         self._low = np.zeros(self._spec.num_joints)
@@ -98,7 +110,8 @@ class LerobotArm:
         if os.name != "nt" and not Path(self.port).exists():
             raise DeviceNotConnected(
                 f"no serial device at {self.port} for the {self.arm.name} arm: plug in and power "
-                "its motor bus, then find the right port with `robotrl devices`")
+                "its motor bus, then find the right port with `robotrl devices`"
+            )
         follower = self._make_follower()
         try:
             follower.connect(calibrate=False)
@@ -116,8 +129,10 @@ class LerobotArm:
                 "the cable, your right to open the port (e.g. the `dialout` group) and `robotrl devices`"
             ) from err
         if self.arm.name == "so100":
-            log.warning("so100: the lerobot -> URDF joint mapping is not verified on an SO-100 yet; "
-                        "check joint directions at low speed before closing a control loop")
+            log.warning(
+                "so100: the lerobot -> URDF joint mapping is not verified on an SO-100 yet; "
+                "check joint directions at low speed before closing a control loop"
+            )
         self._follower = follower
 
     def disconnect(self) -> None:
@@ -170,15 +185,22 @@ class LerobotArm:
     def _make_follower(self) -> SOFollower:
         from lerobot.robots.so_follower import SOFollower, SOFollowerRobotConfig
 
-        config = SOFollowerRobotConfig(port=self.port, id=self.robot_id, calibration_dir=self.calibration_dir,
-                                       cameras=dict(self._camera_configs), use_degrees=True)
+        config = SOFollowerRobotConfig(
+            port=self.port,
+            id=self.robot_id,
+            calibration_dir=self.calibration_dir,
+            cameras=dict(self._camera_configs),
+            use_degrees=True,
+        )
         return SOFollower(config)
 
     def _calibration_hint(self, follower: SOFollower) -> str:
-        return (f"the motors on {self.port} do not match the calibration {follower.calibration_fpath} "
-                "(missing or from another arm); run `lerobot-calibrate "
-                f"--robot.type={self.arm.name}_follower --robot.port={self.port} "
-                f"--robot.id={self.robot_id or '<id>'}` and pass the same id here")
+        return (
+            f"the motors on {self.port} do not match the calibration {follower.calibration_fpath} "
+            "(missing or from another arm); run `lerobot-calibrate "
+            f"--robot.type={self.arm.name}_follower --robot.port={self.port} "
+            f"--robot.id={self.robot_id or '<id>'}` and pass the same id here"
+        )
 
     def _require(self) -> SOFollower:
         if self._follower is None:

@@ -39,9 +39,16 @@ class SimRobot:
         q_noise_rad: std of Gaussian noise on measured joint positions (sensor noise).
     """
 
-    def __init__(self, model: mujoco.MjModel | None = None, *, arm: str | ArmModel = "so101",
-                 cameras: tuple[CameraSpec, ...] = DEFAULT_CAMERAS, clock: Clock | None = None,
-                 control_rate_hz: float = 30.0, q_noise_rad: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: mujoco.MjModel | None = None,
+        *,
+        arm: str | ArmModel = "so101",
+        cameras: tuple[CameraSpec, ...] = DEFAULT_CAMERAS,
+        clock: Clock | None = None,
+        control_rate_hz: float = 30.0,
+        q_noise_rad: float = 0.0,
+    ) -> None:
         self.arm = get_arm(arm) if isinstance(arm, str) else arm
         self.model = model if model is not None else build_arm_spec(self.arm).compile()
         self.clock = clock if clock is not None else SimClock()
@@ -51,9 +58,15 @@ class SimRobot:
         self._act = np.array([self.model.actuator(n).id for n in self.arm.joint_names])
         ranges = self.model.jnt_range[[self.model.joint(n).id for n in self.arm.joint_names]]
         self._spec = RobotSpec(
-            name=self.arm.name, joint_names=self.arm.joint_names, lower_rad=ranges[:, 0],
-            upper_rad=ranges[:, 1], max_velocity_rad_s=velocity_limits(self.arm),
-            control_rate_hz=control_rate_hz, cameras=tuple(cameras), ee_frame=self.arm.ee_frame)
+            name=self.arm.name,
+            joint_names=self.arm.joint_names,
+            lower_rad=ranges[:, 0],
+            upper_rad=ranges[:, 1],
+            max_velocity_rad_s=velocity_limits(self.arm),
+            control_rate_hz=control_rate_hz,
+            cameras=tuple(cameras),
+            ee_frame=self.arm.ee_frame,
+        )
         self._renderer: CameraRenderer | None = None
         self._t0_s = 0.0
         self.q_noise_rad = q_noise_rad
@@ -102,8 +115,7 @@ class SimRobot:
         q = data.qpos[self._qadr].copy()
         if self.q_noise_rad > 0:
             q += self._rng.normal(0.0, self.q_noise_rad, q.shape)
-        return RobotState(q_rad=q, timestamp_s=self.clock.now(),
-                          dq_rad_s=data.qvel[self._dofadr].copy(), images=images)
+        return RobotState(q_rad=q, timestamp_s=self.clock.now(), dq_rad_s=data.qvel[self._dofadr].copy(), images=images)
 
     def command(self, target_rad: np.ndarray) -> np.ndarray:
         data = self.sync()

@@ -76,23 +76,48 @@ def _add_link_geoms(spec: mujoco.MjSpec, arm: ArmModel) -> None:
             length = float(np.linalg.norm(child.pos))
             if length < 1e-3 or child.name == arm.ee_frame:
                 continue
-            body.add_geom(type=mujoco.mjtGeom.mjGEOM_CAPSULE, fromto=[0, 0, 0, *child.pos],
-                          size=[LINK_RADIUS_M, 0, 0], rgba=ARM_RGBA, contype=0, conaffinity=0,
-                          group=1)
+            body.add_geom(
+                type=mujoco.mjtGeom.mjGEOM_CAPSULE,
+                fromto=[0, 0, 0, *child.pos],
+                size=[LINK_RADIUS_M, 0, 0],
+                rgba=ARM_RGBA,
+                contype=0,
+                conaffinity=0,
+                group=1,
+            )
     base = spec.bodies[1]
-    base.add_geom(type=mujoco.mjtGeom.mjGEOM_CYLINDER, pos=[0, 0, 0.03], size=[0.05, 0.03, 0],
-                  rgba=ARM_RGBA, contype=0, conaffinity=0, group=1)
+    base.add_geom(
+        type=mujoco.mjtGeom.mjGEOM_CYLINDER,
+        pos=[0, 0, 0.03],
+        size=[0.05, 0.03, 0],
+        rgba=ARM_RGBA,
+        contype=0,
+        conaffinity=0,
+        group=1,
+    )
     if arm.name != "so101":
         return
     gripper = spec.body("gripper_link")
     jaw = spec.body("moving_jaw_so101_v1_link")
-    gripper.add_geom(name="fixed_jaw", type=mujoco.mjtGeom.mjGEOM_BOX, pos=SO101_FIXED_JAW.center_m,
-                     size=SO101_FIXED_JAW.half_m, rgba=JAW_RGBA, friction=[1.5, 0.01, 0.001])
+    gripper.add_geom(
+        name="fixed_jaw",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        pos=SO101_FIXED_JAW.center_m,
+        size=SO101_FIXED_JAW.half_m,
+        rgba=JAW_RGBA,
+        friction=[1.5, 0.01, 0.001],
+    )
     # Express the moving finger in the jaw body frame (jaw joint at 0 rad).
     center = _quat_rotate_inverse(jaw.quat, np.subtract(SO101_MOVING_JAW.center_m, jaw.pos))
-    jaw.add_geom(name="moving_jaw", type=mujoco.mjtGeom.mjGEOM_BOX, pos=center,
-                 quat=[jaw.quat[0], -jaw.quat[1], -jaw.quat[2], -jaw.quat[3]],
-                 size=SO101_MOVING_JAW.half_m, rgba=JAW_RGBA, friction=[1.5, 0.01, 0.001])
+    jaw.add_geom(
+        name="moving_jaw",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        pos=center,
+        quat=[jaw.quat[0], -jaw.quat[1], -jaw.quat[2], -jaw.quat[3]],
+        size=SO101_MOVING_JAW.half_m,
+        rgba=JAW_RGBA,
+        friction=[1.5, 0.01, 0.001],
+    )
 
 
 def _add_actuators(spec: mujoco.MjSpec, arm: ArmModel, gains: ActuatorGains) -> None:
@@ -115,16 +140,20 @@ def _add_world(spec: mujoco.MjSpec) -> None:
     spec.option.timestep = PHYSICS_DT_S
     spec.visual.quality.shadowsize = 0
     world.add_light(pos=[0.3, 0, 1.2], dir=[0, 0, -1], diffuse=[0.8, 0.8, 0.8], castshadow=False)
-    world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0.6, 0.6, 0.01],
-                   rgba=[0.82, 0.8, 0.76, 1], friction=[1.0, 0.01, 0.001])
+    world.add_geom(
+        name="table",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[0.6, 0.6, 0.01],
+        rgba=[0.82, 0.8, 0.76, 1],
+        friction=[1.0, 0.01, 0.001],
+    )
     world.add_camera(name="front", pos=[0.62, 0.0, 0.42], xyaxes=[0, 1, 0, -0.57, 0, 0.82], fovy=55)
 
 
 def _add_wrist_camera(spec: mujoco.MjSpec, arm: ArmModel) -> None:
     """A camera on the gripper looking along the fingers (`ee_frame` z axis)."""
     gripper = spec.body(arm.ee_frame).parent if arm.name == "so101" else spec.body(arm.ee_frame)
-    gripper.add_camera(name="wrist", pos=[0.0, 0.045, -0.02], xyaxes=[1, 0, 0, 0, 0.94, -0.34],
-                       fovy=75)
+    gripper.add_camera(name="wrist", pos=[0.0, 0.045, -0.02], xyaxes=[1, 0, 0, 0, 0.94, -0.34], fovy=75)
 
 
 def build_arm_spec(arm: ArmModel, gains: ActuatorGains = ActuatorGains()) -> mujoco.MjSpec:

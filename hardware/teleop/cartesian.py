@@ -52,9 +52,16 @@ def azimuth_change(axis: np.ndarray, origin: np.ndarray, p_from: np.ndarray, p_t
     return float(np.arctan2(np.dot(axis, np.cross(a, b)), np.dot(a, b)))
 
 
-def cartesian_step(kinematics: Kinematics, q_rad: np.ndarray, dxyz_m: np.ndarray, droll_rad: float = 0.0,
-                   *, from_m: np.ndarray | None = None, reach_tol_m: float = 0.005,
-                   limit_margin_rad: float = 0.03) -> np.ndarray | None:
+def cartesian_step(
+    kinematics: Kinematics,
+    q_rad: np.ndarray,
+    dxyz_m: np.ndarray,
+    droll_rad: float = 0.0,
+    *,
+    from_m: np.ndarray | None = None,
+    reach_tol_m: float = 0.005,
+    limit_margin_rad: float = 0.03,
+) -> np.ndarray | None:
     """Joint target (J,) that puts the end effector at `from_m + dxyz_m` (metres, base
     frame; `from_m` defaults to the end effector of `q_rad`) with the wrist roll of `q_rad`
     turned by `droll_rad`; None when unreachable. `q_rad` seeds the IK.
@@ -110,9 +117,17 @@ class CartesianJogger:
         limit_margin_rad: targets stay this far inside the URDF joint limits, radians.
     """
 
-    def __init__(self, kinematics: Kinematics, step_m: float = 0.005, roll_step_rad: float = 0.05,
-                 gripper_open_rad: float = 0.9, gripper_closed_rad: float = -0.15, *,
-                 reach_tol_m: float = 0.005, limit_margin_rad: float = 0.03) -> None:
+    def __init__(
+        self,
+        kinematics: Kinematics,
+        step_m: float = 0.005,
+        roll_step_rad: float = 0.05,
+        gripper_open_rad: float = 0.9,
+        gripper_closed_rad: float = -0.15,
+        *,
+        reach_tol_m: float = 0.005,
+        limit_margin_rad: float = 0.03,
+    ) -> None:
         if step_m <= 0 or roll_step_rad <= 0 or reach_tol_m <= 0:
             raise ValueError("step_m, roll_step_rad and reach_tol_m must be positive")
         self.kinematics = kinematics
@@ -161,8 +176,15 @@ class CartesianJogger:
         dxyz = np.asarray(dxyz_m, dtype=np.float64)
         if not np.any(dxyz) and droll_rad == 0.0:
             return True
-        q = cartesian_step(self.kinematics, self.target_rad, dxyz, droll_rad, from_m=self._goal_m,
-                           reach_tol_m=self.reach_tol_m, limit_margin_rad=self.limit_margin_rad)
+        q = cartesian_step(
+            self.kinematics,
+            self.target_rad,
+            dxyz,
+            droll_rad,
+            from_m=self._goal_m,
+            reach_tol_m=self.reach_tol_m,
+            limit_margin_rad=self.limit_margin_rad,
+        )
         if q is None:
             self._warn_unreachable(dxyz)
             return False
@@ -185,5 +207,8 @@ class CartesianJogger:
         now_s = time.monotonic()
         if now_s - self._last_warning_s > 2.0:  # throttled: a held key repeats 30 times a second
             self._last_warning_s = now_s
-            log.warning("end-effector step %s m is out of reach; target kept (%d so far)",
-                        np.round(dxyz_m, 4).tolist(), self.unreachable_count)
+            log.warning(
+                "end-effector step %s m is out of reach; target kept (%d so far)",
+                np.round(dxyz_m, 4).tolist(),
+                self.unreachable_count,
+            )

@@ -86,6 +86,7 @@ def gamepad_motion(snapshot: GamepadSnapshot, deadzone: float = DEADZONE) -> tup
     x = left stick up, y = left stick *left* (robot +y is to the left), z = right stick up,
     roll = right - left trigger, bumpers add a full step each way.
     """
+
     def axis(name: str) -> float:
         return apply_deadzone(snapshot.axes.get(name, 0.0), deadzone)
 
@@ -105,8 +106,13 @@ class GamepadTeleop:
         deadzone: stick values below this count as 0.
     """
 
-    def __init__(self, kinematics: Kinematics, axes: AxisSource, jogger: CartesianJogger | None = None,
-                 deadzone: float = DEADZONE) -> None:
+    def __init__(
+        self,
+        kinematics: Kinematics,
+        axes: AxisSource,
+        jogger: CartesianJogger | None = None,
+        deadzone: float = DEADZONE,
+    ) -> None:
         if not 0.0 <= deadzone < 1.0:
             raise ValueError(f"deadzone must lie in [0, 1), got {deadzone}")
         self.axes = axes
@@ -139,8 +145,9 @@ class GamepadTeleop:
         dxyz, droll = gamepad_motion(snapshot, self.deadzone)
         self.jogger.jog(dxyz * self.jogger.step_m, droll * self.jogger.roll_step_rad)
         events = {flag: True for button, flag in BUTTON_EVENTS.items() if button in pressed}
-        return TeleopCommand(self.jogger.target_rad,
-                             TeleopEvents(intervene=INTERVENE_BUTTON in snapshot.buttons, **events))
+        return TeleopCommand(
+            self.jogger.target_rad, TeleopEvents(intervene=INTERVENE_BUTTON in snapshot.buttons, **events)
+        )
 
 
 class ScriptedAxes:
@@ -171,11 +178,29 @@ class PygameLayout:
     """Which pygame joystick index is which control (SDL2 joystick API, not the
     GameController API). The default is an Xbox-style pad on Linux."""
 
-    axes: dict[str, int] = field(default_factory=lambda: {
-        "left_x": 0, "left_y": 1, "left_trigger": 2, "right_x": 3, "right_y": 4, "right_trigger": 5})
+    axes: dict[str, int] = field(
+        default_factory=lambda: {
+            "left_x": 0,
+            "left_y": 1,
+            "left_trigger": 2,
+            "right_x": 3,
+            "right_y": 4,
+            "right_trigger": 5,
+        }
+    )
     """Axis name -> joystick axis index."""
-    buttons: dict[str, int] = field(default_factory=lambda: {
-        "a": 0, "b": 1, "x": 2, "y": 3, "left_bumper": 4, "right_bumper": 5, "back": 6, "start": 7})
+    buttons: dict[str, int] = field(
+        default_factory=lambda: {
+            "a": 0,
+            "b": 1,
+            "x": 2,
+            "y": 3,
+            "left_bumper": 4,
+            "right_bumper": 5,
+            "back": 6,
+            "start": 7,
+        }
+    )
     """Button name -> joystick button index."""
     inverted: frozenset[str] = frozenset({"left_y", "right_y"})
     """Axes whose raw value is negative when pushed up."""
@@ -205,7 +230,8 @@ class PygameAxes:
             import pygame  # pyright: ignore[reportMissingImports]  # optional, not a dependency
         except ImportError:
             raise DeviceNotConnected(
-                "the gamepad needs pygame, which robotrl does not install: `pip install pygame`") from None
+                "the gamepad needs pygame, which robotrl does not install: `pip install pygame`"
+            ) from None
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # events need a video driver; no window opens
         pygame.display.init()
         pygame.joystick.init()
@@ -214,11 +240,13 @@ class PygameAxes:
             pygame.joystick.quit()
             raise DeviceNotConnected(
                 f"no game controller #{self.index} ({count} connected): plug one in (USB or paired "
-                "Bluetooth), check it shows under /dev/input/js*, then retry")
+                "Bluetooth), check it shows under /dev/input/js*, then retry"
+            )
         joystick = pygame.joystick.Joystick(self.index)
         joystick.init()
-        log.info("gamepad: %s (%d axes, %d buttons)", joystick.get_name(), joystick.get_numaxes(),
-                 joystick.get_numbuttons())
+        log.info(
+            "gamepad: %s (%d axes, %d buttons)", joystick.get_name(), joystick.get_numaxes(), joystick.get_numbuttons()
+        )
         self._pygame, self._joystick = pygame, joystick
 
     def disconnect(self) -> None:
@@ -241,6 +269,7 @@ class PygameAxes:
                 if name in layout.trigger_axes:
                     value = (value + 1.0) / 2.0
                 axes[name] = value
-        buttons = {name for name, i in layout.buttons.items()
-                   if i < joystick.get_numbuttons() and joystick.get_button(i)}
+        buttons = {
+            name for name, i in layout.buttons.items() if i < joystick.get_numbuttons() and joystick.get_button(i)
+        }
         return GamepadSnapshot(axes, frozenset(buttons))

@@ -59,12 +59,18 @@ def _move(help_: str, x: float = 0.0, y: float = 0.0, z: float = 0.0) -> KeyBind
 
 
 KEY_MAP: dict[str, KeyBinding] = {
-    "w": _move("+x (forward)", x=1), "s": _move("-x (back)", x=-1),
-    "a": _move("+y (left)", y=1), "d": _move("-y (right)", y=-1),
-    "r": _move("+z (up)", z=1), "f": _move("-z (down)", z=-1),
-    "up": _move("+x (forward)", x=1), "down": _move("-x (back)", x=-1),
-    "left": _move("+y (left)", y=1), "right": _move("-y (right)", y=-1),
-    "q": KeyBinding("wrist roll -", droll_steps=-1), "e": KeyBinding("wrist roll +", droll_steps=1),
+    "w": _move("+x (forward)", x=1),
+    "s": _move("-x (back)", x=-1),
+    "a": _move("+y (left)", y=1),
+    "d": _move("-y (right)", y=-1),
+    "r": _move("+z (up)", z=1),
+    "f": _move("-z (down)", z=-1),
+    "up": _move("+x (forward)", x=1),
+    "down": _move("-x (back)", x=-1),
+    "left": _move("+y (left)", y=1),
+    "right": _move("-y (right)", y=-1),
+    "q": KeyBinding("wrist roll -", droll_steps=-1),
+    "e": KeyBinding("wrist roll +", droll_steps=1),
     "space": KeyBinding("toggle gripper open/closed", toggle_gripper=True),
     "i": KeyBinding("toggle intervention (human in control)", toggle_intervene=True),
     "enter": KeyBinding("end episode: success", event="success"),
@@ -119,8 +125,7 @@ class QueueKeys:
 # -- terminal decoding ----------------------------------------------------------------
 ESC = "\x1b"
 _ARROWS = {"A": "up", "B": "down", "C": "right", "D": "left"}
-_CONTROL = {"\r": "enter", "\n": "enter", "\x7f": "backspace", "\x08": "backspace", " ": "space",
-            "\t": "tab"}
+_CONTROL = {"\r": "enter", "\n": "enter", "\x7f": "backspace", "\x08": "backspace", " ": "space", "\t": "tab"}
 
 
 def decode_keys(text: str, *, final: bool = True) -> tuple[list[str], str]:
@@ -203,7 +208,8 @@ class TerminalKeys:
         if not os.isatty(fd):
             raise DeviceNotConnected(
                 f"keyboard teleop needs a terminal, but file descriptor {fd} is not one: run it "
-                "in an interactive shell (not piped or under nohup), or use the gamepad")
+                "in an interactive shell (not piped or under nohup), or use the gamepad"
+            )
         self._fd = fd
         self._saved = termios.tcgetattr(fd)
         atexit.register(self.disconnect)
@@ -254,8 +260,7 @@ class KeyboardTeleop:
             (5 mm, 0.05 rad, gripper 0.9 / -0.15 rad).
     """
 
-    def __init__(self, kinematics: Kinematics, keys: KeySource,
-                 jogger: CartesianJogger | None = None) -> None:
+    def __init__(self, kinematics: Kinematics, keys: KeySource, jogger: CartesianJogger | None = None) -> None:
         self.keys = keys
         self.jogger = jogger if jogger is not None else CartesianJogger(kinematics)
         self.intervening = False

@@ -54,19 +54,24 @@ class LeaderArmTeleop:
         units: how lerobot's units sit on the URDF joints; None takes `units_for(model)`.
     """
 
-    def __init__(self, model: str = "so101", *, port: str, robot_id: str | None = None,
-                 calibration_dir: str | Path | None = None, units: LerobotUnits | None = None) -> None:
+    def __init__(
+        self,
+        model: str = "so101",
+        *,
+        port: str,
+        robot_id: str | None = None,
+        calibration_dir: str | Path | None = None,
+        units: LerobotUnits | None = None,
+    ) -> None:
         self.arm = get_arm(model)
         self.port = port
         self.robot_id = robot_id
         self.calibration_dir = Path(calibration_dir).expanduser() if calibration_dir is not None else None
         kinematics = Kinematics(self.arm)
         self._lower, self._upper = kinematics.lower_rad, kinematics.upper_rad
-        self.units = units if units is not None else units_for(
-            self.arm.name, self._lower[-1], self._upper[-1])
+        self.units = units if units is not None else units_for(self.arm.name, self._lower[-1], self._upper[-1])
         if self.units.num_joints != len(self.arm.joint_names):
-            raise ConfigError(f"units cover {self.units.num_joints} joints, {model} has "
-                              f"{len(self.arm.joint_names)}")
+            raise ConfigError(f"units cover {self.units.num_joints} joints, {model} has {len(self.arm.joint_names)}")
         self._keys = lerobot_keys(self.arm.joint_names)
         self._leader: SOLeader | None = None
         self._last_target: np.ndarray | None = None
@@ -80,11 +85,13 @@ class LeaderArmTeleop:
         if os.name != "nt" and not Path(self.port).exists():
             raise DeviceNotConnected(
                 f"no serial device at {self.port} for the {self.arm.name} leader arm: plug in its "
-                "USB cable and power, then find the right port with `robotrl devices`")
+                "USB cable and power, then find the right port with `robotrl devices`"
+            )
         from lerobot.teleoperators.so_leader import SOLeader, SOLeaderTeleopConfig
 
-        config = SOLeaderTeleopConfig(port=self.port, id=self.robot_id, calibration_dir=self.calibration_dir,
-                                      use_degrees=True)
+        config = SOLeaderTeleopConfig(
+            port=self.port, id=self.robot_id, calibration_dir=self.calibration_dir, use_degrees=True
+        )
         leader = SOLeader(config)
         try:
             leader.connect(calibrate=False)
@@ -93,7 +100,8 @@ class LeaderArmTeleop:
                     f"the leader on {self.port} does not match the calibration "
                     f"{leader.calibration_fpath} (missing or from another arm); run `lerobot-calibrate "
                     f"--teleop.type={self.arm.name}_leader --teleop.port={self.port} "
-                    f"--teleop.id={self.robot_id or '<id>'}` and pass the same id")
+                    f"--teleop.id={self.robot_id or '<id>'}` and pass the same id"
+                )
         except ConfigError:
             _close(leader)
             raise
@@ -102,7 +110,8 @@ class LeaderArmTeleop:
             reason = " ".join(str(err).split())
             raise DeviceNotConnected(
                 f"could not reach the {self.arm.name} leader arm on {self.port} ({reason}); check its "
-                "power, the cable and your right to open the port (e.g. the `dialout` group)") from err
+                "power, the cable and your right to open the port (e.g. the `dialout` group)"
+            ) from err
         self._leader = leader
 
     def disconnect(self) -> None:

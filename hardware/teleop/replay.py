@@ -33,8 +33,9 @@ class ReplayTeleop:
         units: None when the rows are radians; lerobot's units to convert them otherwise.
     """
 
-    def __init__(self, root: str | Path, episode: int, action_key: str = "action", *,
-                 units: LerobotUnits | None = None) -> None:
+    def __init__(
+        self, root: str | Path, episode: int, action_key: str = "action", *, units: LerobotUnits | None = None
+    ) -> None:
         self.root = Path(root).expanduser()
         self.episode = int(episode)
         self.action_key = action_key
@@ -53,17 +54,21 @@ class ReplayTeleop:
         if self._rows is not None:
             return
         if not (self.root / "meta" / "info.json").is_file():
-            raise ConfigError(f"no LeRobotDataset at {self.root} (no meta/info.json): pass the dataset "
-                              "folder that `robotrl record` wrote")
+            raise ConfigError(
+                f"no LeRobotDataset at {self.root} (no meta/info.json): pass the dataset "
+                "folder that `robotrl record` wrote"
+            )
         from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
         meta = LeRobotDatasetMetadata(repo_id=self.root.name, root=self.root)
         if self.action_key not in meta.features:
-            raise ConfigError(f"dataset {self.root} has no feature {self.action_key!r}; it has: "
-                              f"{', '.join(sorted(meta.features))}")
+            raise ConfigError(
+                f"dataset {self.root} has no feature {self.action_key!r}; it has: {', '.join(sorted(meta.features))}"
+            )
         if not 0 <= self.episode < meta.total_episodes:
-            raise ConfigError(f"episode {self.episode} is out of range: {self.root} holds episodes "
-                              f"0..{meta.total_episodes - 1}")
+            raise ConfigError(
+                f"episode {self.episode} is out of range: {self.root} holds episodes 0..{meta.total_episodes - 1}"
+            )
         dataset = LeRobotDataset(repo_id=self.root.name, root=self.root, episodes=[self.episode])
         table = dataset.hf_dataset.with_format("numpy")
         keep = np.asarray(table["episode_index"]) == self.episode
@@ -95,8 +100,9 @@ class ReplayTeleop:
     def _check_width(self, state: RobotState) -> None:
         rows = self._require()
         if rows.shape[1] != len(state.q_rad):
-            raise ConfigError(f"{self.action_key!r} rows have {rows.shape[1]} values, the robot "
-                              f"has {len(state.q_rad)} joints")
+            raise ConfigError(
+                f"{self.action_key!r} rows have {rows.shape[1]} values, the robot has {len(state.q_rad)} joints"
+            )
 
     def _require(self) -> np.ndarray:
         if self._rows is None:

@@ -80,24 +80,39 @@ class FastSlowConfig:
     """Guidance weight cap of inference-time RTC."""
 
     def __post_init__(self) -> None:
-        for name in ("state_dim", "action_dim", "horizon", "execute_steps", "image_size_px", "width",
-                     "max_words", "expert_hidden", "expert_blocks", "flow_steps"):
+        for name in (
+            "state_dim",
+            "action_dim",
+            "horizon",
+            "execute_steps",
+            "image_size_px",
+            "width",
+            "max_words",
+            "expert_hidden",
+            "expert_blocks",
+            "flow_steps",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"FastSlowConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.execute_steps > self.horizon:
-            raise ConfigError(f"FastSlowConfig.execute_steps ({self.execute_steps}) must be <= "
-                              f"horizon ({self.horizon})")
+            raise ConfigError(
+                f"FastSlowConfig.execute_steps ({self.execute_steps}) must be <= horizon ({self.horizon})"
+            )
         if self.action_mode not in ACTION_MODES:
             raise ConfigError(f"FastSlowConfig.action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
         if self.action_mode in EE_MODES and not self.ee_features_arm:
-            raise ConfigError(f"FastSlowConfig.action_mode {self.action_mode!r} needs ee_features_arm "
-                              "(the arm model for IK)")
+            raise ConfigError(
+                f"FastSlowConfig.action_mode {self.action_mode!r} needs ee_features_arm (the arm model for IK)"
+            )
         if self.use_env_state and self.env_state_dim < 1:
             raise ConfigError("FastSlowConfig.use_env_state needs env_state_dim >= 1")
-        if self.env_object_dim < 0 or (self.env_object_dim and (
-                not self.use_env_state or self.env_state_dim % self.env_object_dim)):
-            raise ConfigError(f"FastSlowConfig.env_object_dim ({self.env_object_dim}) needs use_env_state and "
-                              f"must divide env_state_dim ({self.env_state_dim})")
+        if self.env_object_dim < 0 or (
+            self.env_object_dim and (not self.use_env_state or self.env_state_dim % self.env_object_dim)
+        ):
+            raise ConfigError(
+                f"FastSlowConfig.env_object_dim ({self.env_object_dim}) needs use_env_state and "
+                f"must divide env_state_dim ({self.env_state_dim})"
+            )
         if self.relative_objects and (self.env_object_dim < 3 or not self.ee_features_arm):
             raise ConfigError("FastSlowConfig.relative_objects needs env_object_dim >= 3 and ee_features_arm")
         if len(self.cnn_channels) < 2:
@@ -119,8 +134,12 @@ class FastSlowConfig:
         from robotrl.policies.fastslow.features import EE_FEATURES
 
         slots = self.env_state_dim // self.env_object_dim if self.relative_objects else 0
-        return (self.state_dim + (self.env_state_dim if self.use_env_state else 0)
-                + (EE_FEATURES if self.ee_features_arm else 0) + 3 * slots)
+        return (
+            self.state_dim
+            + (self.env_state_dim if self.use_env_state else 0)
+            + (EE_FEATURES if self.ee_features_arm else 0)
+            + 3 * slots
+        )
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

@@ -46,8 +46,9 @@ class ActionExpert(nn.Module):
         h, a, hidden = config.horizon, config.action_dim, config.expert_hidden
         self.horizon, self.action_dim, self.max_age = h, a, config.max_age_ticks
         fresh = config.fresh_dim
-        self.latent_proj = nn.Sequential(nn.LayerNorm(latent_tokens * config.width),
-                                         nn.Linear(latent_tokens * config.width, hidden))
+        self.latent_proj = nn.Sequential(
+            nn.LayerNorm(latent_tokens * config.width), nn.Linear(latent_tokens * config.width, hidden)
+        )
         self.age_embed = nn.Embedding(config.max_age_ticks + 1, hidden)
         nn.init.normal_(self.age_embed.weight, std=0.02)
         self.fresh_proj = nn.Sequential(nn.Linear(fresh, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
@@ -61,8 +62,9 @@ class ActionExpert(nn.Module):
         if config.env_object_dim:
             slots = config.env_state_dim // config.env_object_dim
             self.offset_slice = slice(fresh - 3 * slots, fresh) if config.relative_objects else None
-            self.objects = ObjectSelector(slots, config.env_object_dim + (3 if config.relative_objects else 0),
-                                          config.width, hidden)
+            self.objects = ObjectSelector(
+                slots, config.env_object_dim + (3 if config.relative_objects else 0), config.width, hidden
+            )
         self.cond_out = nn.Sequential(nn.SiLU(), nn.Linear(hidden, hidden))
         self.time_proj = nn.Sequential(nn.Linear(64, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
         self.inp = nn.Linear(h * a + h, hidden)

@@ -54,14 +54,15 @@ def rtc_guidance_scale(tau: float, beta: float) -> float:
     beta at tau = 0 (where the ratio is infinite), 0 at tau = 1."""
     if tau <= 0.0:
         return beta
-    r2 = (1 - tau) ** 2 / (tau ** 2 + (1 - tau) ** 2)
+    r2 = (1 - tau) ** 2 / (tau**2 + (1 - tau) ** 2)
     if r2 == 0.0:
         return 0.0
     return min(beta, (1 - tau) / (tau * r2))
 
 
-def rtc_guided_velocity(velocity: Velocity, x: torch.Tensor, tau: float, target: torch.Tensor,
-                        weights: torch.Tensor, beta: float) -> torch.Tensor:
+def rtc_guided_velocity(
+    velocity: Velocity, x: torch.Tensor, tau: float, target: torch.Tensor, weights: torch.Tensor, beta: float
+) -> torch.Tensor:
     """Velocity guided toward `target` (RTC inpainting), one vector-Jacobian product.
 
     x, target: (B, H, A); weights: (H,). With A1_hat = x + (1 - tau) * v(x, tau):
@@ -77,8 +78,15 @@ def rtc_guided_velocity(velocity: Velocity, x: torch.Tensor, tau: float, target:
     return v.detach() + rtc_guidance_scale(tau, beta) * g
 
 
-def sample(velocity: Velocity, noise: torch.Tensor, steps: int, *, prefix: torch.Tensor | None = None,
-           prefix_rows: int = 0, guide: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor:
+def sample(
+    velocity: Velocity,
+    noise: torch.Tensor,
+    steps: int,
+    *,
+    prefix: torch.Tensor | None = None,
+    prefix_rows: int = 0,
+    guide: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+) -> torch.Tensor:
     """Euler integration of `velocity` from `noise` (tau = 0) to a chunk (tau = 1).
 
     prefix, prefix_rows: training-time RTC: rows < prefix_rows are held at `prefix`

@@ -22,14 +22,20 @@ class FastSlowModel(nn.Module):
         """Per camera (B, 3, S, S) uint8 and (B, L) token ids -> latent (B, T, W)."""
         return self.slow(images_u8, tokens)
 
-    def sample_chunk(self, latent: torch.Tensor, age_ticks: torch.Tensor, fresh: torch.Tensor,
-                     noise: torch.Tensor, prefix: torch.Tensor | None = None, prefix_rows: int = 0,
-                     guide: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor:
+    def sample_chunk(
+        self,
+        latent: torch.Tensor,
+        age_ticks: torch.Tensor,
+        fresh: torch.Tensor,
+        noise: torch.Tensor,
+        prefix: torch.Tensor | None = None,
+        prefix_rows: int = 0,
+        guide: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+    ) -> torch.Tensor:
         """Normalised (B, H, A) chunk from the conditioning and (B, H, A) initial noise."""
         cond = self.expert.condition(latent, age_ticks, fresh)
         velocity = lambda x, tau_rows: self.expert.velocity(x, tau_rows, cond)  # noqa: E731
-        return flow.sample(velocity, noise, self.config.flow_steps, prefix=prefix, prefix_rows=prefix_rows,
-                           guide=guide)
+        return flow.sample(velocity, noise, self.config.flow_steps, prefix=prefix, prefix_rows=prefix_rows, guide=guide)
 
     @property
     def num_parameters(self) -> int:

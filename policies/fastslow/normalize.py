@@ -73,9 +73,17 @@ class Normalizer:
         return self.action_mode in DELTA_MODES
 
     @classmethod
-    def fit(cls, action_mode: str, states: np.ndarray, chunks: np.ndarray, chunk_states: np.ndarray,
-            mask: np.ndarray, env: np.ndarray | None = None, ee: np.ndarray | None = None,
-            arm: str | None = None) -> Normalizer:
+    def fit(
+        cls,
+        action_mode: str,
+        states: np.ndarray,
+        chunks: np.ndarray,
+        chunk_states: np.ndarray,
+        mask: np.ndarray,
+        env: np.ndarray | None = None,
+        ee: np.ndarray | None = None,
+        arm: str | None = None,
+    ) -> Normalizer:
         """Statistics from training data.
 
         states: (N, S) every state; chunks: (M, H, A) action chunks starting at
@@ -102,12 +110,26 @@ class Normalizer:
         ee_mean = ee_std = None
         if ee is not None:
             ee_mean, ee_std = ee.mean(0), ee.std(0)
-        return cls(action_mode, states.mean(0), states.std(0), mean, std, env_mean, env_std, ee_mean, ee_std,
-                   arm if action_mode in EE_MODES else None)
+        return cls(
+            action_mode,
+            states.mean(0),
+            states.std(0),
+            mean,
+            std,
+            env_mean,
+            env_std,
+            ee_mean,
+            ee_std,
+            arm if action_mode in EE_MODES else None,
+        )
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        out = {"state_mean": self.state_mean, "state_std": self.state_std,
-               "action_mean": self.action_mean, "action_std": self.action_std}
+        out = {
+            "state_mean": self.state_mean,
+            "state_std": self.state_std,
+            "action_mean": self.action_mean,
+            "action_std": self.action_std,
+        }
         # __post_init__ sets each *_std whenever its *_mean is set
         if self.env_mean is not None and self.env_std is not None:
             out |= {"env_mean": self.env_mean, "env_std": self.env_std}
@@ -124,9 +146,18 @@ class Normalizer:
         def get(k: str) -> Any:  # float32 array, or None for an absent or null key
             return None if data.get(k) is None else np.asarray(data[k], np.float32)
 
-        return cls(data["action_mode"], get("state_mean"), get("state_std"), get("action_mean"),
-                   get("action_std"), get("env_mean"), get("env_std"), get("ee_mean"), get("ee_std"),
-                   data.get("arm"))
+        return cls(
+            data["action_mode"],
+            get("state_mean"),
+            get("state_std"),
+            get("action_mean"),
+            get("action_std"),
+            get("env_mean"),
+            get("env_std"),
+            get("ee_mean"),
+            get("ee_std"),
+            data.get("arm"),
+        )
 
     @property
     def id(self) -> str:
@@ -139,8 +170,13 @@ class Normalizer:
     def env(self, env: torch.Tensor) -> torch.Tensor:
         return (env - self._t["env_mean"]) / self._t["env_std"]
 
-    def fresh(self, state: torch.Tensor, env: torch.Tensor | None = None,
-              ee: torch.Tensor | None = None, relative_object_dim: int = 0) -> torch.Tensor:
+    def fresh(
+        self,
+        state: torch.Tensor,
+        env: torch.Tensor | None = None,
+        ee: torch.Tensor | None = None,
+        relative_object_dim: int = 0,
+    ) -> torch.Tensor:
         """(B, fresh_dim) fast-pathway features: normalised state [+ env_state] [+ EE]
         [+ `object_offsets_dm` of env (slots of `relative_object_dim`) from ee]."""
         parts = [self.state(state)]
@@ -184,8 +220,9 @@ class Normalizer:
             return rows + start[:, None] if self.is_delta else rows
         seeds = start.numpy()
         rows = rows.numpy() + (self.ee_actions.to_ee(seeds)[:, None] if self.is_delta else 0.0)
-        return torch.from_numpy(np.stack([self.ee_actions.to_joints(r, q) for r, q in zip(rows, seeds)])
-                                .astype(np.float32))
+        return torch.from_numpy(
+            np.stack([self.ee_actions.to_joints(r, q) for r, q in zip(rows, seeds)]).astype(np.float32)
+        )
 
 
 def object_offsets_dm(env: torch.Tensor, ee: torch.Tensor, object_dim: int) -> torch.Tensor:

@@ -24,6 +24,7 @@ import torch
 
 from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
@@ -36,9 +37,22 @@ from robotrl.policies.fastslow.vocab import Vocabulary
 POLICY_TYPE = "fastslow_flow"
 
 
+FLOW_NOISE_SALT = 12_345
+"""Keeps the flow noise stream apart from other draws of the same seed."""
+
+
 class FastSlowPolicy:
-    def __init__(self, model: FastSlowModel, normalizer: Normalizer, vocab: Vocabulary, *, seed: int = 0,
-                 version: int = 0, rtc_guidance: bool = True, noise_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        model: FastSlowModel,
+        normalizer: Normalizer,
+        vocab: Vocabulary,
+        *,
+        seed: int = 0,
+        version: int = 0,
+        rtc_guidance: bool = True,
+        noise_scale: float = 1.0,
+    ) -> None:
         self.model = model.eval()
         self.config: FastSlowConfig = model.config
         if self.config.use_env_state and normalizer.env_mean is None:
@@ -62,9 +76,18 @@ class FastSlowPolicy:
     @property
     def metadata(self) -> PolicyMetadata:
         c = self.config
-        return PolicyMetadata(POLICY_TYPE, c.horizon, c.action_dim, c.control_rate_hz, c.state_dim,
-                              c.cameras, c.image_size_px, self.normalizer.id,
-                              c.env_state_dim if c.use_env_state else 0)
+        return PolicyMetadata(
+            POLICY_TYPE,
+            c.horizon,
+            c.action_dim,
+            c.control_rate_hz,
+            c.state_dim,
+            c.cameras,
+            c.image_size_px,
+            self.normalizer.id,
+            c.env_state_dim if c.use_env_state else 0,
+            c.execute_steps,
+        )
 
     def reset(self) -> None:
         """Stateless between chunks: nothing to clear."""
@@ -76,8 +99,9 @@ class FastSlowPolicy:
         tokens = torch.from_numpy(self.vocab.encode(obs.instruction, self.config.max_words))[None]
         return self.model.encode_slow(images, tokens)[0]
 
-    def predict_chunk(self, obs: PolicyObservation, latent: torch.Tensor | None = None,
-                      latent_age_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self, obs: PolicyObservation, latent: torch.Tensor | None = None, latent_age_ticks: int = 0
+    ) -> ActionChunk:
         """Fast pathway: an (H, A) chunk of absolute joint targets (radians) starting at
         tick `obs.tick + obs.delay_ticks`, from `latent` (encoded now when None) that is
         `latent_age_ticks` older than `obs.tick`."""
@@ -86,13 +110,15 @@ class FastSlowPolicy:
         if latent is None:
             latent, latent_age_ticks = self.encode_slow(obs), 0
         if tuple(latent.shape) != (self.model.slow.num_tokens, c.width):
-            raise ValueError(f"latent has shape {tuple(latent.shape)}, expected "
-                             f"{(self.model.slow.num_tokens, c.width)} (from this policy's encode_slow)")
+            raise ValueError(
+                f"latent has shape {tuple(latent.shape)}, expected "
+                f"{(self.model.slow.num_tokens, c.width)} (from this policy's encode_slow)"
+            )
         if latent_age_ticks < 0 or obs.delay_ticks < 0:
             raise ValueError("latent_age_ticks and obs.delay_ticks must be >= 0")
         fresh = self._fresh(state, [obs])
         age = torch.tensor([latent_age_ticks + obs.delay_ticks])
-        self._generator.manual_seed(_noise_seed(self.seed, obs.tick))
+        self._generator.manual_seed(tick_seed(self.seed, obs.tick, FLOW_NOISE_SALT))
         noise = torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale
         prefix, rows = self._prefix(obs, state)
         with torch.no_grad():
@@ -101,7 +127,7 @@ class FastSlowPolicy:
                 kwargs = {"prefix": prefix, "prefix_rows": rows}
             elif prefix is not None and self.rtc_guidance:
                 weights = flow.rtc_weights(c.horizon, c.execute_steps, rows)
-                weights[self._prefix_len(obs):] = 0.0
+                weights[self._prefix_len(obs) :] = 0.0
                 kwargs = {"guide": (prefix, weights, c.rtc_beta)}
             x = self.model.sample_chunk(latent[None], age, fresh, noise, **kwargs)
             actions = self.normalizer.decode_chunk(x, state)[0].numpy().astype(np.float64)
@@ -110,8 +136,9 @@ class FastSlowPolicy:
         return ActionChunk(actions, obs.tick + obs.delay_ticks, self.version)
 
     @torch.no_grad()
-    def predict_chunks(self, observations: list[PolicyObservation], latents: list[torch.Tensor],
-                       latent_ages_ticks: list[int]) -> list[ActionChunk]:
+    def predict_chunks(
+        self, observations: list[PolicyObservation], latents: list[torch.Tensor], latent_ages_ticks: list[int]
+    ) -> list[ActionChunk]:
         """The fast pathway for many robots in one model call (the server batches
         requests); observations with an RTC prefix are answered one by one."""
         chunks: list[ActionChunk | None] = [None] * len(observations)
@@ -126,7 +153,7 @@ class FastSlowPolicy:
             ages = torch.tensor([latent_ages_ticks[i] + observations[i].delay_ticks for i in batch])
             noise = []
             for o in obs:
-                self._generator.manual_seed(_noise_seed(self.seed, o.tick))
+                self._generator.manual_seed(tick_seed(self.seed, o.tick, FLOW_NOISE_SALT))
                 noise.append(torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale)
             x = self.model.sample_chunk(torch.stack([latents[i] for i in batch]), ages, fresh, torch.cat(noise))
             actions = self.normalizer.decode_chunk(x, states).numpy().astype(np.float64)
@@ -148,9 +175,17 @@ class FastSlowPolicy:
     # --- checkpoints -------------------------------------------------------------------
     def save(self, path: Path, extra: dict | None = None) -> None:
         """Checkpoint folder: model.safetensors + config.json (config, statistics, vocabulary)."""
-        write_checkpoint(path, POLICY_TYPE, self.model.state_dict(), {
-            "config": self.config.to_dict(), "normalization": self.normalizer.to_dict(),
-            "vocabulary": self.vocab.tokens, "training": extra or {}})
+        write_checkpoint(
+            path,
+            POLICY_TYPE,
+            self.model.state_dict(),
+            {
+                "config": self.config.to_dict(),
+                "normalization": self.normalizer.to_dict(),
+                "vocabulary": self.vocab.tokens,
+                "training": extra or {},
+            },
+        )
 
     @classmethod
     def load(cls, path: Path, *, seed: int = 0) -> FastSlowPolicy:
@@ -187,8 +222,10 @@ class FastSlowPolicy:
 
     def _image(self, obs: PolicyObservation, camera: str) -> torch.Tensor:
         if camera not in obs.images:
-            raise ValueError(f"observation has no image from camera {camera!r} "
-                             f"(the policy reads {list(self.config.cameras)}, got {sorted(obs.images)})")
+            raise ValueError(
+                f"observation has no image from camera {camera!r} "
+                f"(the policy reads {list(self.config.cameras)}, got {sorted(obs.images)})"
+            )
         image = np.asarray(obs.images[camera])
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ValueError(f"image {camera!r} has shape {image.shape} {image.dtype}, expected (H, W, 3) uint8")
@@ -212,7 +249,3 @@ class FastSlowPolicy:
         padded[p:] = prefix[p - 1]
         x = self.normalizer.encode_chunk(torch.from_numpy(padded)[None], state)
         return x, min(obs.delay_ticks, p)
-
-
-def _noise_seed(seed: int, tick: int) -> int:
-    return (seed * 1_000_003 + tick * 7_919 + 12_345) % (2 ** 63)

@@ -21,8 +21,9 @@ def resize_images(images: torch.Tensor, size_px: int) -> torch.Tensor:
         return images
     x = images.float()
     shrink = images.shape[-1] >= size_px and images.shape[-2] >= size_px
-    x = F.interpolate(x, size=(size_px, size_px), mode="area" if shrink else "bilinear",
-                      align_corners=None if shrink else False)
+    x = F.interpolate(
+        x, size=(size_px, size_px), mode="area" if shrink else "bilinear", align_corners=None if shrink else False
+    )
     return x.round().clamp(0, 255).to(torch.uint8)
 
 
@@ -74,8 +75,9 @@ class TextEncoder(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, width, padding_idx=0)
         self.pos = nn.Parameter(torch.zeros(max_words, width))
-        self.layer = nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=2 * width, dropout=0.0,
-                                                batch_first=True, norm_first=True)
+        self.layer = nn.TransformerEncoderLayer(
+            width, nhead=4, dim_feedforward=2 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.norm = nn.LayerNorm(width)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,7 @@ class Vocabulary:
         """(max_words,) int64 token ids, padded with 0, unknown words -> 1."""
         ids = [self.index.get(w, 1) for w in words(text)][:max_words]
         out = np.zeros(max_words, dtype=np.int64)
-        out[:len(ids)] = ids
+        out[: len(ids)] = ids
         return out
 
     def encode_many(self, texts: Iterable[str], max_words: int) -> np.ndarray:

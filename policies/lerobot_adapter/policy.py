@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.core.seeds import tick_seed
 
 STATE_KEY = "observation.state"
 ENV_KEY = "observation.environment_state"
@@ -42,8 +43,9 @@ IMAGE_PREFIX = "observation.images."
 
 
 class LerobotChunkPolicy:
-    def __init__(self, policy, preprocessor, postprocessor, *, control_rate_hz: float = 30.0,
-                 seed: int = 0, version: int = 0) -> None:
+    def __init__(
+        self, policy, preprocessor, postprocessor, *, control_rate_hz: float = 30.0, seed: int = 0, version: int = 0
+    ) -> None:
         self.policy = policy.eval()
         self.config = policy.config
         self.preprocessor = preprocessor
@@ -53,8 +55,10 @@ class LerobotChunkPolicy:
         self._control_rate_hz = control_rate_hz
         feats = self.config.input_features
         if STATE_KEY not in feats:
-            raise ConfigError(f"lerobot policy {self.config.type!r} reads no {STATE_KEY!r}; robotrl serves "
-                              "policies conditioned on the joint state")
+            raise ConfigError(
+                f"lerobot policy {self.config.type!r} reads no {STATE_KEY!r}; robotrl serves "
+                "policies conditioned on the joint state"
+            )
         self._image_keys = [k for k in feats if k.startswith(IMAGE_PREFIX)]
         self._image_shapes = {k: tuple(feats[k].shape) for k in self._image_keys}
         self._state_dim = int(feats[STATE_KEY].shape[0])
@@ -78,11 +82,20 @@ class LerobotChunkPolicy:
 
     @property
     def metadata(self) -> PolicyMetadata:
-        cams = tuple(k[len(IMAGE_PREFIX):] for k in self._image_keys)
+        cams = tuple(k[len(IMAGE_PREFIX) :] for k in self._image_keys)
         size = self._image_shapes[self._image_keys[0]][-1] if cams else 0
         env_dim = int(self.config.input_features[ENV_KEY].shape[0]) if self._uses_env else 0
-        return PolicyMetadata(f"lerobot_{self.config.type}", self.horizon, self._action_dim, self._control_rate_hz,
-                              self._state_dim, cams, size, "", env_state_dim=env_dim)
+        return PolicyMetadata(
+            f"lerobot_{self.config.type}",
+            self.horizon,
+            self._action_dim,
+            self._control_rate_hz,
+            self._state_dim,
+            cams,
+            size,
+            "",
+            env_state_dim=env_dim,
+        )
 
     @property
     def horizon(self) -> int:
@@ -99,9 +112,10 @@ class LerobotChunkPolicy:
         batch = self.preprocessor(self._frame(obs))
         n_obs = int(getattr(self.config, "n_obs_steps", 1))
         if n_obs > 1:
-            batch = {k: v.unsqueeze(1).expand(-1, n_obs, *v.shape[1:]) if torch.is_tensor(v) else v
-                     for k, v in batch.items()}
-        torch.manual_seed(self.seed * 1_000_003 + obs.tick)  # diffusion noise: same obs, same chunk
+            batch = {
+                k: v.unsqueeze(1).expand(-1, n_obs, *v.shape[1:]) if torch.is_tensor(v) else v for k, v in batch.items()
+            }
+        torch.manual_seed(tick_seed(self.seed, obs.tick))  # diffusion noise: same obs, same chunk
         self.policy.reset()  # stateless: never serve from lerobot's internal action queue
         actions = self.postprocessor(self.policy.predict_action_chunk(batch))
         actions = actions.detach().cpu().numpy().astype(np.float64)
@@ -115,10 +129,12 @@ class LerobotChunkPolicy:
             raise ValueError(f"state_rad has shape {state.shape}, expected ({self._state_dim},)")
         frame: dict = {STATE_KEY: torch.from_numpy(state), "task": obs.instruction}
         for key in self._image_keys:
-            cam = key[len(IMAGE_PREFIX):]
+            cam = key[len(IMAGE_PREFIX) :]
             if cam not in obs.images:
-                raise ValueError(f"observation has no image from camera {cam!r} (the policy reads "
-                                 f"{[k[len(IMAGE_PREFIX):] for k in self._image_keys]})")
+                raise ValueError(
+                    f"observation has no image from camera {cam!r} (the policy reads "
+                    f"{[k[len(IMAGE_PREFIX) :] for k in self._image_keys]})"
+                )
             frame[key] = _to_chw_float(np.asarray(obs.images[cam]), self._image_shapes[key], cam)
         if self._uses_env:
             if obs.env_state is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import SacActor
@@ -36,7 +37,7 @@ class ActorPolicy:
 
     def _act(self, obs: dict[str, torch.Tensor], tick: int) -> torch.Tensor:
         """(1, D) actor output in [-1, 1] for the observation dict `obs` taken at `tick`."""
-        self._generator.manual_seed((self.seed * 1_000_003 + tick * 7_919 + self.NOISE_SALT) % (2 ** 63))
+        self._generator.manual_seed(tick_seed(self.seed, tick, self.NOISE_SALT))
         unit, _ = self.actor(obs, self._generator, self.deterministic)
         return unit
 
@@ -51,8 +52,12 @@ class ActorPolicy:
 
     def _write_actor(self, path: Path, policy_type: str, **payload) -> None:
         """Write the actor's checkpoint folder at `path`, with `payload` in config.json."""
-        write_checkpoint(path, policy_type, self.actor.state_dict(),
-                         {"config": self.actor.config.to_dict(), **payload, "training": {"version": self.version}})
+        write_checkpoint(
+            path,
+            policy_type,
+            self.actor.state_dict(),
+            {"config": self.actor.config.to_dict(), **payload, "training": {"version": self.version}},
+        )
 
 
 def read_actor(path: Path, policy_type: str) -> tuple[SacActor, dict, int]:

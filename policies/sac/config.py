@@ -47,8 +47,15 @@ class SacNetConfig:
     """Upper bound of the actor's log standard deviation."""
 
     def __post_init__(self) -> None:
-        for name in ("state_dim", "action_dim", "latent_dim", "cnn_channels", "spatial_features", "num_critics",
-                     "horizon"):
+        for name in (
+            "state_dim",
+            "action_dim",
+            "latent_dim",
+            "cnn_channels",
+            "spatial_features",
+            "num_critics",
+            "horizon",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"SacNetConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_step_rad <= 0:

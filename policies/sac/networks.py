@@ -62,15 +62,24 @@ class ImageEncoder(nn.Module):
     def __init__(self, config: SacNetConfig, size: tuple[int, int]) -> None:
         super().__init__()
         c = config.cnn_channels
-        self.cnn = nn.Sequential(nn.Conv2d(3, c, 7, 2), nn.ReLU(), nn.Conv2d(c, c, 5, 2), nn.ReLU(),
-                                 nn.Conv2d(c, c, 3, 2), nn.ReLU(), nn.Conv2d(c, c, 3, 2), nn.ReLU())
+        self.cnn = nn.Sequential(
+            nn.Conv2d(3, c, 7, 2),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 5, 2),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, 2),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, 2),
+            nn.ReLU(),
+        )
         with torch.no_grad():
             _, _, fh, fw = self.cnn(torch.zeros(1, 3, *size)).shape
         if fh < 1 or fw < 1:
             raise ConfigError(f"images of {size} are too small for the SAC image encoder (needs >= 45 px)")
         self.pool = SpatialEmbeddings(c, fh, fw, config.spatial_features)
-        self.out = nn.Sequential(nn.Linear(c * config.spatial_features, config.latent_dim),
-                                 nn.LayerNorm(config.latent_dim), nn.Tanh())
+        self.out = nn.Sequential(
+            nn.Linear(c * config.spatial_features, config.latent_dim), nn.LayerNorm(config.latent_dim), nn.Tanh()
+        )
 
     def forward(self, images_u8: torch.Tensor) -> torch.Tensor:
         x = images_u8.permute(0, 3, 1, 2).float() / 255.0
@@ -85,8 +94,11 @@ class ObservationEncoder(nn.Module):
         d = config.latent_dim
         self.cameras = tuple(config.cameras)
         self.images = nn.ModuleDict({cam: ImageEncoder(config, size) for cam, size in config.cameras.items()})
-        self.env = (nn.Sequential(nn.Linear(config.env_state_dim, d), nn.LayerNorm(d), nn.Tanh())
-                    if config.env_state_dim else None)
+        self.env = (
+            nn.Sequential(nn.Linear(config.env_state_dim, d), nn.LayerNorm(d), nn.Tanh())
+            if config.env_state_dim
+            else None
+        )
         self.state = nn.Sequential(nn.Linear(config.state_dim, d), nn.LayerNorm(d), nn.Tanh())
         self.out_dim = d * (len(self.cameras) + 1 + (1 if self.env is not None else 0))
 
@@ -111,8 +123,9 @@ class ActorHead(nn.Module):
             nn.init.uniform_(layer.bias, -0.05, 0.05)
         self.log_std_range = (config.log_std_min, config.log_std_max)
 
-    def forward(self, features: torch.Tensor, generator: torch.Generator | None = None,
-                deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, features: torch.Tensor, generator: torch.Generator | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, A) actions in [-1, 1] and their (B,) log-probabilities (nats, tanh-corrected)."""
         h = self.net(features)
         mean = self.mean(h)
@@ -141,9 +154,10 @@ class CriticEnsemble(nn.Module):
     def __init__(self, config: SacNetConfig, in_dim: int, action_dim: int | None = None) -> None:
         super().__init__()
         a = config.action_dim if action_dim is None else action_dim
-        self.heads = nn.ModuleList(nn.Sequential(mlp(in_dim + a, config.hidden_dims),
-                                                 nn.Linear(config.hidden_dims[-1], 1))
-                                   for _ in range(config.num_critics))
+        self.heads = nn.ModuleList(
+            nn.Sequential(mlp(in_dim + a, config.hidden_dims), nn.Linear(config.hidden_dims[-1], 1))
+            for _ in range(config.num_critics)
+        )
 
     def forward(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         x = torch.cat([features, actions], dim=-1)
@@ -159,6 +173,7 @@ class SacActor(nn.Module):
         self.encoder = ObservationEncoder(config)
         self.head = ActorHead(config, self.encoder.out_dim)
 
-    def forward(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None,
-                deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.head(self.encoder(obs), generator, deterministic)

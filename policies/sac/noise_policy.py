@@ -27,12 +27,21 @@ FLOW_FOLDER = "flow"
 class DsrlChunkPolicy(ActorPolicy):
     NOISE_SALT = 777
 
-    def __init__(self, flow: FastSlowPolicy, actor: SacActor, noise_bound: float, *, seed: int = 0,
-                 version: int = 0, deterministic: bool = False) -> None:
+    def __init__(
+        self,
+        flow: FastSlowPolicy,
+        actor: SacActor,
+        noise_bound: float,
+        *,
+        seed: int = 0,
+        version: int = 0,
+        deterministic: bool = False,
+    ) -> None:
         c = flow.config
         if actor.config.action_dim != c.horizon * c.action_dim:
-            raise ConfigError(f"the noise actor outputs {actor.config.action_dim} values, the flow needs "
-                              f"{c.horizon} x {c.action_dim}")
+            raise ConfigError(
+                f"the noise actor outputs {actor.config.action_dim} values, the flow needs {c.horizon} x {c.action_dim}"
+            )
         super().__init__(actor, seed=seed, version=version, deterministic=deterministic)
         self.flow = flow
         self.noise_bound = noise_bound
@@ -40,8 +49,17 @@ class DsrlChunkPolicy(ActorPolicy):
     @property
     def metadata(self) -> PolicyMetadata:
         m = self.flow.metadata
-        return PolicyMetadata(POLICY_TYPE, m.horizon, m.action_dim, m.control_rate_hz, m.state_dim, m.cameras,
-                              m.image_size_px, m.normalization_id, m.env_state_dim)
+        return PolicyMetadata(
+            POLICY_TYPE,
+            m.horizon,
+            m.action_dim,
+            m.control_rate_hz,
+            m.state_dim,
+            m.cameras,
+            m.image_size_px,
+            m.normalization_id,
+            m.env_state_dim,
+        )
 
     @torch.no_grad()
     def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:

@@ -37,8 +37,9 @@ def unit_to_chunk(unit: np.ndarray, state_rad: np.ndarray, max_step_rad: float, 
     return state_rad[: unit.shape[0]][None, :] + steps * unit[None, :].astype(np.float64) * max_step_rad
 
 
-def observation_tensors(state: np.ndarray, env_state: np.ndarray | None, images: dict[str, np.ndarray],
-                        config: SacNetConfig) -> dict[str, torch.Tensor]:
+def observation_tensors(
+    state: np.ndarray, env_state: np.ndarray | None, images: dict[str, np.ndarray], config: SacNetConfig
+) -> dict[str, torch.Tensor]:
     """Batched numpy arrays ((B, S), (B, E), camera -> (B, h, w, 3) uint8) -> the encoder's
     observation dict; images of another size are resized to the config's (area)."""
     obs = {"state": torch.as_tensor(np.asarray(state, np.float32))}
@@ -66,15 +67,26 @@ class SacChunkPolicy(ActorPolicy):
         super().__init__(actor, seed=seed, version=version, deterministic=deterministic)
         self.config: SacNetConfig = actor.config
         if self.config.action_dim > self.config.state_dim:
-            raise ConfigError(f"SAC actions are deltas from the first A state entries: action_dim "
-                              f"({self.config.action_dim}) must be <= state_dim ({self.config.state_dim})")
+            raise ConfigError(
+                f"SAC actions are deltas from the first A state entries: action_dim "
+                f"({self.config.action_dim}) must be <= state_dim ({self.config.state_dim})"
+            )
 
     @property
     def metadata(self) -> PolicyMetadata:
         c = self.config
         size = next(iter(c.cameras.values()))[0] if c.cameras else 0
-        return PolicyMetadata(POLICY_TYPE, c.horizon, c.action_dim, c.control_rate_hz, c.state_dim,
-                              tuple(c.cameras), size, "", c.env_state_dim)
+        return PolicyMetadata(
+            POLICY_TYPE,
+            c.horizon,
+            c.action_dim,
+            c.control_rate_hz,
+            c.state_dim,
+            tuple(c.cameras),
+            size,
+            "",
+            c.env_state_dim,
+        )
 
     @torch.no_grad()
     def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:

@@ -51,16 +51,37 @@ def make_episode(episode: int, n: int, image_px: int, batch_rows: int, robot: st
     out = []
     for s in range(0, n, batch_rows):
         e = min(s + batch_rows, n)
-        out.append(TransitionBatch(
-            robot, episode, s, np.arange(s, e), state[s:e], action[s:e], action[s:e],
-            np.full(e - s, float(e == n), np.float32), np.zeros(e - s, bool), np.full(e - s, episode, np.int64),
-            np.zeros(e - s, np.int64), {c: v[s:e] for c, v in images.items()}, env[s:e], "bench",
-            episode_done=e == n, success=True))
+        out.append(
+            TransitionBatch(
+                robot,
+                episode,
+                s,
+                np.arange(s, e),
+                state[s:e],
+                action[s:e],
+                action[s:e],
+                np.full(e - s, float(e == n), np.float32),
+                np.zeros(e - s, bool),
+                np.full(e - s, episode, np.int64),
+                np.zeros(e - s, np.int64),
+                {c: v[s:e] for c, v in images.items()},
+                env[s:e],
+                "bench",
+                episode_done=e == n,
+                success=True,
+            )
+        )
     return out
 
 
-def _ours(root: Path, episodes: list[list[TransitionBatch]], spec: TransitionSpec, batch_size: int,
-          sample_s: float, fsync: bool) -> dict:
+def _ours(
+    root: Path,
+    episodes: list[list[TransitionBatch]],
+    spec: TransitionSpec,
+    batch_size: int,
+    sample_s: float,
+    fsync: bool,
+) -> dict:
     total = sum(len(b.ticks) for ep in episodes for b in ep)
     buf = OnlineBuffer(root, spec, capacity=total, fsync=fsync)
     t0 = time.perf_counter()
@@ -76,10 +97,15 @@ def _ours(root: Path, episodes: list[list[TransitionBatch]], spec: TransitionSpe
     reopened = OnlineBuffer(root, spec, capacity=total)
     if len(reopened) != total:
         raise RuntimeError(f"reopened buffer holds {len(reopened)} transitions, {total} were added")
-    return {"add_transitions_per_s": total / add_s, "sample_batches_per_s": tr, "sample_chunk_batches_per_s": ch,
-            "ram_bytes_per_transition": buf.cache.bytes_per_transition,
-            "disk_bytes_per_transition": buf.log.disk_bytes / buf.committed_transitions,
-            "recovery_s": reopened.recovery_s, "transitions": total}
+    return {
+        "add_transitions_per_s": total / add_s,
+        "sample_batches_per_s": tr,
+        "sample_chunk_batches_per_s": ch,
+        "ram_bytes_per_transition": buf.cache.bytes_per_transition,
+        "disk_bytes_per_transition": buf.log.disk_bytes / buf.committed_transitions,
+        "recovery_s": reopened.recovery_s,
+        "transitions": total,
+    }
 
 
 def _lerobot(episodes: list[list[TransitionBatch]], batch_size: int, sample_s: float) -> dict:
@@ -98,11 +124,23 @@ def _lerobot(episodes: list[list[TransitionBatch]], batch_size: int, sample_s: f
             buf.add(state, action, reward, nxt, done=i == len(flat) - 1, truncated=False)
     add_s = time.perf_counter() - t0
     rate = _rate(lambda: buf.sample(batch_size), sample_s)
-    tensors = [*buf.states.values(), *buf.next_states.values(), buf.actions, buf.rewards, buf.dones,
-               buf.truncateds, buf.episode_ends]
-    return {"add_transitions_per_s": total / add_s, "sample_batches_per_s": rate,
-            "ram_bytes_per_transition": sum(t.numel() * t.element_size() for t in tensors) / total,
-            "disk_bytes_per_transition": None, "recovery_s": None, "transitions": total}
+    tensors = [
+        *buf.states.values(),
+        *buf.next_states.values(),
+        buf.actions,
+        buf.rewards,
+        buf.dones,
+        buf.truncateds,
+        buf.episode_ends,
+    ]
+    return {
+        "add_transitions_per_s": total / add_s,
+        "sample_batches_per_s": rate,
+        "ram_bytes_per_transition": sum(t.numel() * t.element_size() for t in tensors) / total,
+        "disk_bytes_per_transition": None,
+        "recovery_s": None,
+        "transitions": total,
+    }
 
 
 def _lerobot_rows(b: TransitionBatch, torch) -> list:
@@ -111,11 +149,13 @@ def _lerobot_rows(b: TransitionBatch, torch) -> list:
     out = []
     assert b.env_state is not None  # make_episode always fills it
     for i in range(len(b.ticks)):
-        state = {"observation.state": torch.from_numpy(b.state[i:i + 1]),
-                 "observation.environment_state": torch.from_numpy(b.env_state[i:i + 1])}
+        state = {
+            "observation.state": torch.from_numpy(b.state[i : i + 1]),
+            "observation.environment_state": torch.from_numpy(b.env_state[i : i + 1]),
+        }
         for c in CAMERAS:
             state[f"observation.images.{c}"] = torch.from_numpy(b.images[c][i]).permute(2, 0, 1)[None].float() / 255
-        out.append((state, torch.from_numpy(b.action[i:i + 1]), float(b.reward[i])))
+        out.append((state, torch.from_numpy(b.action[i : i + 1]), float(b.reward[i])))
     return out
 
 
@@ -140,8 +180,10 @@ def writer_main(root: str, image_px: int, episode_len: int, batch_rows: int) -> 
 
 def kill9(root: Path, image_px: int, episode_len: int, batch_rows: int, commits: int = 10) -> dict:
     """Kill a writer after `commits` reported commits (mid-episode), reopen, compare."""
-    code = (f"from robotrl.bench.buffer import writer_main; "
-            f"writer_main({str(root)!r}, {image_px}, {episode_len}, {batch_rows})")
+    code = (
+        f"from robotrl.bench.buffer import writer_main; "
+        f"writer_main({str(root)!r}, {image_px}, {episode_len}, {batch_rows})"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None  # stdout=PIPE
     try:
@@ -159,18 +201,30 @@ def kill9(root: Path, image_px: int, episode_len: int, batch_rows: int, commits:
         want = make_episode(ep_id, episode_len, image_px, batch_rows)
         got = found.get(ep_id)
         same = got is not None and all(
-            got.state[b.seq:b.seq + len(b.ticks)].tobytes() == b.state.tobytes()
-            and all(got.images[c][b.seq:b.seq + len(b.ticks)].tobytes() == b.images[c].tobytes() for c in CAMERAS)
-            for b in want)
+            got.state[b.seq : b.seq + len(b.ticks)].tobytes() == b.state.tobytes()
+            and all(got.images[c][b.seq : b.seq + len(b.ticks)].tobytes() == b.images[c].tobytes() for c in CAMERAS)
+            for b in want
+        )
         lost += 0 if same else episode_len
-    return {"kill9_reported_committed_transitions": len(reported) * episode_len,
-            "kill9_recovered_transitions": buf.committed_transitions,
-            "kill9_in_progress_rows_recovered": sum(p.n for p in buf.partial_episodes),
-            "kill9_committed_transitions_lost": lost}
+    return {
+        "kill9_reported_committed_transitions": len(reported) * episode_len,
+        "kill9_recovered_transitions": buf.committed_transitions,
+        "kill9_in_progress_rows_recovered": sum(p.n for p in buf.partial_episodes),
+        "kill9_committed_transitions_lost": lost,
+    }
 
 
-def run(*, episodes: int = 50, episode_len: int = 200, image_px: int = 64, batch_rows: int = 8,
-        batch_size: int = 256, sample_s: float = 3.0, fsync: bool = True, lerobot: bool = True) -> dict:
+def run(
+    *,
+    episodes: int = 50,
+    episode_len: int = 200,
+    image_px: int = 64,
+    batch_rows: int = 8,
+    batch_size: int = 256,
+    sample_s: float = 3.0,
+    fsync: bool = True,
+    lerobot: bool = True,
+) -> dict:
     """Results of both buffers on the same data (module docstring)."""
     spec = bench_spec(image_px)
     data = [make_episode(ep, episode_len, image_px, batch_rows) for ep in range(episodes)]
@@ -182,6 +236,16 @@ def run(*, episodes: int = 50, episode_len: int = 200, image_px: int = 64, batch
         crash = kill9(tmp / "kill9", image_px, episode_len, batch_rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"setup": {"episodes": episodes, "episode_len": episode_len, "image_px": image_px, "cameras": len(CAMERAS),
-                      "batch_rows": batch_rows, "batch_size": batch_size, "fsync": fsync},
-            "rows": rows, **crash}
+    return {
+        "setup": {
+            "episodes": episodes,
+            "episode_len": episode_len,
+            "image_px": image_px,
+            "cameras": len(CAMERAS),
+            "batch_rows": batch_rows,
+            "batch_size": batch_size,
+            "fsync": fsync,
+        },
+        "rows": rows,
+        **crash,
+    }

@@ -42,7 +42,7 @@ class DelaySpec:
 
     @classmethod
     def parse(cls, text: str) -> DelaySpec:
-        """"4" -> fixed 4 ticks; "2-6" -> uniform on {2..6}."""
+        """ "4" -> fixed 4 ticks; "2-6" -> uniform on {2..6}."""
         low, _, high = text.strip().partition("-")
         return cls(int(low), int(high or low))
 
@@ -86,8 +86,7 @@ class BenchSetup:
         trained again in the same folder invalidates cached episodes)."""
         doc = asdict(self)
         if self.checkpoint is not None:
-            doc["checkpoint_mtime_ns"] = max((f.stat().st_mtime_ns for f in Path(self.checkpoint).iterdir()),
-                                             default=0)
+            doc["checkpoint_mtime_ns"] = max((f.stat().st_mtime_ns for f in Path(self.checkpoint).iterdir()), default=0)
         return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -155,9 +154,17 @@ def run_cell(setup: BenchSetup, cell: Cell) -> dict:
     horizon = chunk_horizon(setup)
     delay = cell.delay
     episode = run_stepped_episode(
-        env, cell.seed, cell.mode, delay.low if delay.fixed else delay.draw, setup.horizon,
-        threshold=setup.threshold, execute_horizon=min(setup.execute_horizon, horizon), policy=policy,
-        initial_delay_ticks=delay.high, lag_deadband_rad=setup.lag_deadband_rad)
+        env,
+        cell.seed,
+        cell.mode,
+        delay.low if delay.fixed else delay.draw,
+        setup.horizon,
+        threshold=setup.threshold,
+        execute_horizon=min(setup.execute_horizon, horizon),
+        policy=policy,
+        initial_delay_ticks=delay.high,
+        lag_deadband_rad=setup.lag_deadband_rad,
+    )
     return episode_record(setup, cell, episode, env)
 
 
@@ -170,21 +177,33 @@ def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env: T
     switches = [] if cell.mode == "ensemble" else episode.switch_ticks()
     executed = [r for r in trace if not r.paused]
     chunks = episode.received
-    prefix = [prefix_consistency(a.chunk, b.chunk, max(1, b.arrival_tick - b.obs_tick))
-              for a, b in zip(chunks, chunks[1:])]
+    prefix = [
+        prefix_consistency(a.chunk, b.chunk, max(1, b.arrival_tick - b.obs_tick)) for a, b in zip(chunks, chunks[1:])
+    ]
     record = {
-        "key": cell.key, "task": setup.task, "scenario": cell.scenario.name,
-        "mode": cell.mode, "delay": cell.delay.label, "delay_mean_ticks": cell.delay.mean_ticks,
-        "seed": cell.seed, "success": bool(episode.success), "ticks": int(episode.ticks),
-        "pauses": int(episode.pauses), "step_clamps": int(episode.step_clamps), "chunks": len(chunks),
-        "staleness": {str(k): v for k, v in staleness_histogram(
-            [r.tick for r in executed], [r.obs_tick for r in executed]).items()},
+        "key": cell.key,
+        "task": setup.task,
+        "scenario": cell.scenario.name,
+        "mode": cell.mode,
+        "delay": cell.delay.label,
+        "delay_mean_ticks": cell.delay.mean_ticks,
+        "seed": cell.seed,
+        "success": bool(episode.success),
+        "ticks": int(episode.ticks),
+        "pauses": int(episode.pauses),
+        "step_clamps": int(episode.step_clamps),
+        "chunks": len(chunks),
+        "staleness": {
+            str(k): v
+            for k, v in staleness_histogram([r.tick for r in executed], [r.obs_tick for r in executed]).items()
+        },
         "disc_ratio_requested": _finite(boundary_discontinuity_ratio(requested, switches)),
         "disc_ratio_executed": _finite(boundary_discontinuity_ratio(sent, switches)),
         "jerk_ratio_requested": _finite(boundary_jerk_ratio(requested, switches)),
         "jerk_ratio_executed": _finite(boundary_jerk_ratio(sent, switches)),
         "prefix_consistency_rad": _finite(np.nanmean(prefix)) if any(np.isfinite(prefix)) else None,
-        "jump_tick": None, "reaction_ticks": None,
+        "jump_tick": None,
+        "reaction_ticks": None,
     }
     task: Any = env.task  # reach's `jump_tick` and `target_m` are not part of the `Task` protocol
     jump_tick = getattr(task, "jump_tick", None)
@@ -192,8 +211,7 @@ def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env: T
         kin = _kinematics(env)
         ee = np.stack([kin.ee_position(q) for q in sent])
         record["jump_tick"] = int(jump_tick)
-        record["reaction_ticks"] = reaction_ticks(ee, task.target_m, jump_tick, env.dt_s,
-                                                  setup.reaction_speed_m_s)
+        record["reaction_ticks"] = reaction_ticks(ee, task.target_m, jump_tick, env.dt_s, setup.reaction_speed_m_s)
     return record
 
 

@@ -32,16 +32,34 @@ DETAIL_COLUMNS = ("mode", "delay", "disc_req", "disc_exec", "jerk_req", "jerk_ex
 the number of episodes with a defined reaction time."""
 
 
-def run(setup: BenchSetup, *, delays: list[DelaySpec], modes: list[str], episodes: int, seed0: int,
-        out_dir: Path, scenario: str = "nominal", use_ray: bool = False, ray_address: str | None = None,
-        progress: bool = True) -> dict:
+def run(
+    setup: BenchSetup,
+    *,
+    delays: list[DelaySpec],
+    modes: list[str],
+    episodes: int,
+    seed0: int,
+    out_dir: Path,
+    scenario: str = "nominal",
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    progress: bool = True,
+) -> dict:
     """Run (or resume) every (mode, delay, seed) cell in `scenario` physics; write
     report.md, results.json, plots."""
     physics = get_scenario(scenario)
     cells = [Cell(physics, mode, delay, seed0 + i) for delay in delays for mode in modes for i in range(episodes)]
     start = time.perf_counter()
-    records = run_cells(run_cell, setup, cells, out_dir, use_ray=use_ray, ray_address=ray_address,
-                        desc=f"latency {setup.task}", progress=progress)
+    records = run_cells(
+        run_cell,
+        setup,
+        cells,
+        out_dir,
+        use_ray=use_ray,
+        ray_address=ray_address,
+        desc=f"latency {setup.task}",
+        progress=progress,
+    )
     wall_s = time.perf_counter() - start
     dt_s = make_env(setup, physics).dt_s
     horizon = chunk_horizon(setup)
@@ -50,17 +68,38 @@ def run(setup: BenchSetup, *, delays: list[DelaySpec], modes: list[str], episode
     targets = check_targets(rows, setup.task)
     plots = plot_latency(rows, out_dir, setup.task)
     results = {
-        "bench": "latency", "setup": asdict(setup), "policy": setup.checkpoint or "scripted expert",
-        "scenario": scenario, "episodes": episodes, "seeds": [seed0, seed0 + episodes - 1], "modes": modes,
-        "delays": [d.label for d in delays], "dt_s": dt_s, "horizon": horizon, "execute_horizon": s,
-        "wall_s": wall_s, "rows": rows, "targets": targets, "episode_records": len(records),
+        "bench": "latency",
+        "setup": asdict(setup),
+        "policy": setup.checkpoint or "scripted expert",
+        "scenario": scenario,
+        "episodes": episodes,
+        "seeds": [seed0, seed0 + episodes - 1],
+        "modes": modes,
+        "delays": [d.label for d in delays],
+        "dt_s": dt_s,
+        "horizon": horizon,
+        "execute_horizon": s,
+        "wall_s": wall_s,
+        "rows": rows,
+        "targets": targets,
+        "episode_records": len(records),
     }
-    write_report(out_dir, f"Latency benchmark: {setup.task} ({scenario})", [
-        Table("Per mode and delay", MAIN_COLUMNS, [row_cells(r) for r in rows]),
-        Table("Smoothness detail", DETAIL_COLUMNS, [detail_cells(r) for r in rows]),
-        Table(f"Targets at d = {TARGET_DELAY}", ("target", "value", "met"),
-              [(t["target"], t["value"], met_text(t["met"])) for t in targets]),
-    ], results, plots=plots, notes=notes(setup, s, horizon, dt_s, episodes, wall_s))
+    write_report(
+        out_dir,
+        f"Latency benchmark: {setup.task} ({scenario})",
+        [
+            Table("Per mode and delay", MAIN_COLUMNS, [row_cells(r) for r in rows]),
+            Table("Smoothness detail", DETAIL_COLUMNS, [detail_cells(r) for r in rows]),
+            Table(
+                f"Targets at d = {TARGET_DELAY}",
+                ("target", "value", "met"),
+                [(t["target"], t["value"], met_text(t["met"])) for t in targets],
+            ),
+        ],
+        results,
+        plots=plots,
+        notes=notes(setup, s, horizon, dt_s, episodes, wall_s),
+    )
     return cast(dict, sanitize(results))  # a dict sanitizes to a dict
 
 
@@ -69,9 +108,16 @@ def detail_cells(row: dict) -> tuple:
         value = row[key]
         return "-" if value is None or value != value else f"{value:.3g}"
 
-    return (row["mode"], row["delay"], num("disc_ratio_requested"), num("disc_ratio_executed"),
-            num("jerk_ratio_requested"), num("jerk_ratio_executed"), num("prefix_consistency_rad"),
-            row["reaction_defined"])
+    return (
+        row["mode"],
+        row["delay"],
+        num("disc_ratio_requested"),
+        num("disc_ratio_executed"),
+        num("jerk_ratio_requested"),
+        num("jerk_ratio_executed"),
+        num("prefix_consistency_rad"),
+        row["reaction_defined"],
+    )
 
 
 def check_targets(rows: list[dict], task: str, delay: str = TARGET_DELAY) -> list[dict]:
@@ -94,8 +140,13 @@ def check_targets(rows: list[dict], task: str, delay: str = TARGET_DELAY) -> lis
         out.append(target("vlash reaction time <= sync / 5", f"{_ticks(v)} vs {_ticks(s)} ticks (median)", ok))
     if vlash and vlash["speedup"] is not None:
         ratio = vlash["speedup_of_limit"]
-        out.append(target("vlash speedup >= 95% of the time-model limit",
-                          f"{vlash['speedup']:.3f} / {vlash['speedup_limit']:.3f} = {ratio:.0%}", ratio >= 0.95))
+        out.append(
+            target(
+                "vlash speedup >= 95% of the time-model limit",
+                f"{vlash['speedup']:.3f} / {vlash['speedup_limit']:.3f} = {ratio:.0%}",
+                ratio >= 0.95,
+            )
+        )
     if rtc:
         value = rtc["disc_ratio_requested"]
         ok = None if value != value else value <= 1.5
@@ -123,11 +174,15 @@ def notes(setup: BenchSetup, s: int, horizon: int, dt_s: float, episodes: int, w
         "the safety clamp); undefined for ensemble (every tick is a new chunk) and when every tick switches.",
     ]
     if setup.checkpoint is None:
-        out.append("The scripted expert ignores the RTC prefix (RTC guidance acts inside a flow policy's "
-                   "sampler), so vlash+rtc equals vlash here.")
+        out.append(
+            "The scripted expert ignores the RTC prefix (RTC guidance acts inside a flow policy's "
+            "sampler), so vlash+rtc equals vlash here."
+        )
     if setup.task == "reach":
-        out.append("reach cannot end before its target jumps (tick 20-50, the same for every mode), so its "
-                   "measured speedup stays below the per-chunk time model; pick_place measures throughput.")
+        out.append(
+            "reach cannot end before its target jumps (tick 20-50, the same for every mode), so its "
+            "measured speedup stays below the per-chunk time model; pick_place measures throughput."
+        )
     return out
 
 

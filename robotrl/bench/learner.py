@@ -27,11 +27,21 @@ S, A, E = 6, 6, 3
 def _data(batch: int, image: int | None, rng: np.random.Generator) -> TransitionSample:
     imgs = {"front": rng.integers(0, 255, (batch, image, image, 3), dtype=np.uint8)} if image else {}
     state = rng.normal(0, 0.5, (batch, S)).astype(np.float32)
-    return TransitionSample(state, rng.normal(0, 1, (batch, E)).astype(np.float32), imgs,
-                            state + rng.uniform(-0.05, 0.05, (batch, A)).astype(np.float32),
-                            rng.normal(0, 1, batch).astype(np.float32), np.zeros(batch, bool), state,
-                            rng.normal(0, 1, (batch, E)).astype(np.float32), imgs, np.zeros(batch, bool),
-                            np.zeros(batch, np.int64), np.zeros(batch, np.int64), np.zeros(batch, bool))
+    return TransitionSample(
+        state,
+        rng.normal(0, 1, (batch, E)).astype(np.float32),
+        imgs,
+        state + rng.uniform(-0.05, 0.05, (batch, A)).astype(np.float32),
+        rng.normal(0, 1, batch).astype(np.float32),
+        np.zeros(batch, bool),
+        state,
+        rng.normal(0, 1, (batch, E)).astype(np.float32),
+        imgs,
+        np.zeros(batch, bool),
+        np.zeros(batch, np.int64),
+        np.zeros(batch, np.int64),
+        np.zeros(batch, bool),
+    )
 
 
 class _FixedBuffer:
@@ -65,13 +75,19 @@ def _lerobot(batch: int, image: int | None, updates: int) -> tuple[float, int]:
     from lerobot.rl.algorithms.sac.configuration_sac import SACAlgorithmConfig
     from lerobot.rl.algorithms.sac.sac_algorithm import SACAlgorithm
 
-    features = {"observation.state": PolicyFeature(FeatureType.STATE, (S,)),
-                "observation.environment_state": PolicyFeature(FeatureType.ENV, (E,))}
+    features = {
+        "observation.state": PolicyFeature(FeatureType.STATE, (S,)),
+        "observation.environment_state": PolicyFeature(FeatureType.ENV, (E,)),
+    }
     if image:
         features["observation.images.front"] = PolicyFeature(FeatureType.VISUAL, (3, image, image))
-    cfg = GaussianActorConfig(input_features=features,
-                              output_features={"action": PolicyFeature(FeatureType.ACTION, (A,))},
-                              device="cpu", freeze_vision_encoder=False, shared_encoder=True)
+    cfg = GaussianActorConfig(
+        input_features=features,
+        output_features={"action": PolicyFeature(FeatureType.ACTION, (A,))},
+        device="cpu",
+        freeze_vision_encoder=False,
+        shared_encoder=True,
+    )
     policy = GaussianActorPolicy(cfg)
     algo_cfg = SACAlgorithmConfig.from_policy_config(cfg)
     algo_cfg.utd_ratio = 2
@@ -85,10 +101,13 @@ def _lerobot(batch: int, image: int | None, updates: int) -> tuple[float, int]:
             o["observation.images.front"] = torch.from_numpy(imgs["front"]).permute(0, 3, 1, 2).float() / 255.0
         return o
 
-    fixed = {"state": obs(d.state, d.env_state, d.images),
-             "next_state": obs(d.next_state, d.next_env_state, d.next_images),
-             "action": torch.from_numpy(np.clip((d.action - d.state) / 0.05, -1, 1)),
-             "reward": torch.from_numpy(d.reward), "done": torch.zeros(batch)}
+    fixed = {
+        "state": obs(d.state, d.env_state, d.images),
+        "next_state": obs(d.next_state, d.next_env_state, d.next_images),
+        "action": torch.from_numpy(np.clip((d.action - d.state) / 0.05, -1, 1)),
+        "reward": torch.from_numpy(d.reward),
+        "done": torch.zeros(batch),
+    }
 
     def batches():
         while True:
@@ -113,10 +132,23 @@ def run(batch: int = 256, updates: int = 20, image_px: int = 64) -> dict:
         for image in (None, image_px):
             for name, fn in (("robotrl", _robotrl), ("lerobot 0.6.1", _lerobot)):
                 rate, params = fn(batch, image, updates)
-                rows.append({"implementation": name, "inputs": f"state+env+{image}px image" if image else "state+env",
-                             "updates_per_s": round(rate, 2), "parameters": params})
+                rows.append(
+                    {
+                        "implementation": name,
+                        "inputs": f"state+env+{image}px image" if image else "state+env",
+                        "updates_per_s": round(rate, 2),
+                        "parameters": params,
+                    }
+                )
     finally:
         torch.set_num_threads(threads)
     assert __doc__ is not None  # the module docstring above
-    return {"batch_size": batch, "utd_ratio": 2, "updates": updates, "device": "cpu", "torch_threads": 1,
-            "rows": rows, "equal_networks": __doc__.split("\n\n")[1].replace("\n", " ")}
+    return {
+        "batch_size": batch,
+        "utd_ratio": 2,
+        "updates": updates,
+        "device": "cpu",
+        "torch_threads": 1,
+        "rows": rows,
+        "equal_networks": __doc__.split("\n\n")[1].replace("\n", " "),
+    }

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 import numpy as np
 
 
-def reaction_ticks(ee_m: np.ndarray, target_m: np.ndarray, event_tick: int, dt_s: float,
-                   min_speed_m_s: float = 0.1) -> int | None:
+def reaction_ticks(
+    ee_m: np.ndarray, target_m: np.ndarray, event_tick: int, dt_s: float, min_speed_m_s: float = 0.1
+) -> int | None:
     """Behavioural reaction time to a target that jumps at tick `event_tick`.
 
     The velocity at tick k is v_k = (ee_k - ee_(k-1)) / dt_s, the motion commanded at k;
@@ -44,7 +45,7 @@ def reaction_ticks(ee_m: np.ndarray, target_m: np.ndarray, event_tick: int, dt_s
     moving = toward >= min_speed_m_s  # index k - 1 for tick k
     if event_tick >= 2 and moving[event_tick - 2]:
         return None
-    hits = np.flatnonzero(moving[event_tick - 1:])
+    hits = np.flatnonzero(moving[event_tick - 1 :])
     return int(hits[0]) if len(hits) else None
 
 
@@ -68,8 +69,11 @@ def histogram_stats(hist: dict) -> dict[str, float]:
     values = np.repeat([int(k) for k in hist], [int(v) for v in hist.values()])
     if values.size == 0:
         return {"mean": float("nan"), "p95": float("nan"), "max": float("nan")}
-    return {"mean": float(values.mean()), "p95": float(np.percentile(values, 95, method="higher")),
-            "max": float(values.max())}
+    return {
+        "mean": float(values.mean()),
+        "p95": float(np.percentile(values, 95, method="higher")),
+        "max": float(values.max()),
+    }
 
 
 def chunk_time_s(execute_horizon: int, dt_s: float, delay_s: float, sync: bool, delay_ticks: int = 0) -> float:
@@ -82,8 +86,9 @@ def chunk_time_s(execute_horizon: int, dt_s: float, delay_s: float, sync: bool, 
 
 def speedup_limit(execute_horizon: int, dt_s: float, delay_s: float, delay_ticks: int) -> float:
     """T_chunk,sync / T_chunk,async: the speedup the time model allows."""
-    return (chunk_time_s(execute_horizon, dt_s, delay_s, True)
-            / chunk_time_s(execute_horizon, dt_s, delay_s, False, delay_ticks))
+    return chunk_time_s(execute_horizon, dt_s, delay_s, True) / chunk_time_s(
+        execute_horizon, dt_s, delay_s, False, delay_ticks
+    )
 
 
 def matched_speedup(sync_ticks: dict[int, int], method_ticks: dict[int, int]) -> float | None:

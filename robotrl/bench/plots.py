@@ -37,8 +37,14 @@ def _by_mode(rows: list[dict]) -> tuple[list[str], list[str], dict[tuple[str, st
     return modes, delays, {(r["mode"], r["delay"]): r for r in rows}
 
 
-def _lines(rows: list[dict], key: str, ylabel: str, title: str, errors: tuple[str, str] | None = None,
-           skip: tuple[str, ...] = ()):
+def _lines(
+    rows: list[dict],
+    key: str,
+    ylabel: str,
+    title: str,
+    errors: tuple[str, str] | None = None,
+    skip: tuple[str, ...] = (),
+):
     """(figure, axes) with one line per mode of `key` against the delay (categorical x),
     each mode in its own colour and nudged sideways so equal values stay visible."""
     modes, delays, table = _by_mode(rows)
@@ -69,20 +75,39 @@ def _lines(rows: list[dict], key: str, ylabel: str, title: str, errors: tuple[st
 def plot_latency(rows: list[dict], out_dir: Path, task: str) -> list[str]:
     """success_vs_delay.png, reaction_time.png (reach), boundary_jumps.png, speedup.png."""
     names = []
-    fig, ax = _lines(rows, "success_rate", "success rate (Wilson 95%)", f"{task}: success vs delay",
-                     errors=("wilson95_low", "wilson95_high"))
+    fig, ax = _lines(
+        rows,
+        "success_rate",
+        "success rate (Wilson 95%)",
+        f"{task}: success vs delay",
+        errors=("wilson95_low", "wilson95_high"),
+    )
     ax.set_ylim(-0.02, 1.02)
     names.append(_save(fig, out_dir, "success_vs_delay.png"))
     if any(r["reaction_ticks_median"] is not None for r in rows):
-        fig, _ = _lines(rows, "reaction_ticks_median", "median reaction time (ticks)",
-                        f"{task}: behavioural reaction time to the target jump")
+        fig, _ = _lines(
+            rows,
+            "reaction_ticks_median",
+            "median reaction time (ticks)",
+            f"{task}: behavioural reaction time to the target jump",
+        )
         names.append(_save(fig, out_dir, "reaction_time.png"))
-    fig, ax = _lines(rows, "disc_ratio_requested", "boundary discontinuity ratio (requested)",
-                     f"{task}: chunk-boundary jumps (1 = seamless)", skip=("ensemble",))
+    fig, ax = _lines(
+        rows,
+        "disc_ratio_requested",
+        "boundary discontinuity ratio (requested)",
+        f"{task}: chunk-boundary jumps (1 = seamless)",
+        skip=("ensemble",),
+    )
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     names.append(_save(fig, out_dir, "boundary_jumps.png"))
-    fig, ax = _lines(rows, "speedup", "speedup T_sync / T_mode (matched success)",
-                     f"{task}: completion-time speedup vs sync", skip=("sync",))
+    fig, ax = _lines(
+        rows,
+        "speedup",
+        "speedup T_sync / T_mode (matched success)",
+        f"{task}: completion-time speedup vs sync",
+        skip=("sync",),
+    )
     _, delays, table = _by_mode(rows)
     limit = [max(_value(r, "speedup_limit") for (_, d), r in table.items() if d == delay) for delay in delays]
     ax.plot(np.arange(len(delays)), limit, color="black", ls="--", label="time-model limit")
@@ -104,8 +129,9 @@ def plot_sim2sim(rows: list[dict], out_dir: Path, task: str, nominal: str) -> li
         y = np.array([_value(table.get((v, mode)), "success_rate") for v in variants])
         low = np.array([_value(table.get((v, mode)), "wilson95_low") for v in variants])
         high = np.array([_value(table.get((v, mode)), "wilson95_high") for v in variants])
-        bars = ax.bar(x + (i - (len(modes) - 1) / 2) * width, y, width, yerr=np.vstack([y - low, high - y]), capsize=2,
-                      label=mode)
+        bars = ax.bar(
+            x + (i - (len(modes) - 1) / 2) * width, y, width, yerr=np.vstack([y - low, high - y]), capsize=2, label=mode
+        )
         bars[0].set_hatch("//")
     ax.set_xticks(x, [f"A->A\n({v})" if v == nominal else f"A->B\n{v}" for v in variants], fontsize=7)
     ax.set_ylabel("success rate (Wilson 95%)")

@@ -93,8 +93,11 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
     if cell.mode not in REALTIME_MODES:
         raise ValueError(f"real-time mode must be one of {REALTIME_MODES}, got {cell.mode!r}")
     env = make_env(setup, cell.scenario, clock=WallClock())
-    policy = (load_checkpoint(setup.checkpoint) if setup.checkpoint
-              else ExpertChunkPolicy(env.make_expert(cell.seed), setup.horizon, env.spec))
+    policy = (
+        load_checkpoint(setup.checkpoint)
+        if setup.checkpoint
+        else ExpertChunkPolicy(env.make_expert(cell.seed), setup.horizon, env.spec)
+    )
     if cell.latency is not None:
         policy = DelayedPolicy(policy, cell.latency, env.dt_s, cell.seed)
     observers = [Jitter(cell.jitter * env.dt_s, cell.seed)] if cell.jitter > 0 else []
@@ -111,9 +114,16 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
         env.close()
     delays = np.asarray(ep.delays_ticks(), dtype=np.float64)
     return {
-        "key": cell.key, "variant": cell.variant, "scenario": cell.scenario.name,
-        "mode": cell.mode, "seed": cell.seed, "success": bool(ep.success), "ticks": ep.ticks,
-        "missed_ticks": ep.missed_ticks, "pauses": ep.pauses, "step_clamps": ep.step_clamps,
+        "key": cell.key,
+        "variant": cell.variant,
+        "scenario": cell.scenario.name,
+        "mode": cell.mode,
+        "seed": cell.seed,
+        "success": bool(ep.success),
+        "ticks": ep.ticks,
+        "missed_ticks": ep.missed_ticks,
+        "pauses": ep.pauses,
+        "step_clamps": ep.step_clamps,
         "delay_p50_ticks": float(np.percentile(delays, 50)) if delays.size else None,
         "delay_max_ticks": float(delays.max()) if delays.size else None,
     }

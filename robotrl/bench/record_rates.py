@@ -16,7 +16,7 @@ from pathlib import Path
 from robotrl.core.clock import WallClock
 from robotrl.core.robot import CameraSpec
 from robotrl.record.features import dataset_features
-from robotrl.record.run import record_dataset
+from robotrl.record.run import RecordConfig, record_dataset
 from robotrl.record.writer import DatasetWriter
 from robotrl.sim.env import TaskEnv
 from robotrl.sim.teleop import ExpertTeleop
@@ -28,17 +28,19 @@ def measure(realtime: bool, episodes: int, task: str, image_px: int, root: Path)
     fps = round(env.spec.control_rate_hz)
     writer = DatasetWriter(root, dataset_features(env.spec, env.env_state_dim), fps=fps, robot_type="so101")
     try:
-        s = record_dataset(env, ExpertTeleop(env), writer, episodes=episodes, seed=0,
-                           max_ticks=env.task.max_ticks, keep_failed=True)
+        s = record_dataset(env, ExpertTeleop(env), writer, RecordConfig(episodes, 0, env.task.max_ticks, True))
     finally:
         writer.close()
         env.close()
     return {
         "mode": "realtime 30 Hz" if realtime else "unpaced",
-        "camera_fps": fps, "episodes": s.episodes_saved, "frames": s.frames,
+        "camera_fps": fps,
+        "episodes": s.episodes_saved,
+        "frames": s.frames,
         "frames_written_per_s": s.frames / s.ticks_wall_s,
         "between_episodes_s": (s.loop_wall_s - s.ticks_wall_s) / max(s.episodes_saved, 1),
-        "dropped_frames": s.dropped_frames, "overruns": s.overruns,
+        "dropped_frames": s.dropped_frames,
+        "overruns": s.overruns,
         "save_s_per_episode": s.encode_s / max(s.episodes_saved, 1),
         "save_time_over_episode_time": s.encode_s / s.recorded_s,
     }
@@ -46,5 +48,7 @@ def measure(realtime: bool, episodes: int, task: str, image_px: int, root: Path)
 
 def run(episodes: int = 3, task: str = "pick_place", image_px: int = 224) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        return [measure(realtime, episodes, task, image_px, Path(tmp) / name)
-                for realtime, name in ((True, "paced"), (False, "unpaced"))]
+        return [
+            measure(realtime, episodes, task, image_px, Path(tmp) / name)
+            for realtime, name in ((True, "paced"), (False, "unpaced"))
+        ]

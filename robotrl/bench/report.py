@@ -19,14 +19,22 @@ class Table:
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub-flavoured Markdown table ("|" in cells escaped)."""
+
     def line(cells: Sequence[object]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
     return "\n".join([line(headers), line(["---"] * len(headers)), *(line(r) for r in rows)])
 
 
-def write_report(out_dir: Path, title: str, tables: Sequence[Table], results: dict, *,
-                 plots: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
+def write_report(
+    out_dir: Path,
+    title: str,
+    tables: Sequence[Table],
+    results: dict,
+    *,
+    plots: Sequence[str] = (),
+    notes: Sequence[str] = (),
+) -> None:
     """`out_dir/report.md` and `out_dir/results.json` (strict JSON: NaN becomes null)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -48,8 +48,17 @@ class ResultCache:
         self.records[record["key"]] = record
 
 
-def run_cells(run: Callable, setup, cells: Sequence, out_dir: Path, *, use_ray: bool = False,
-              ray_address: str | None = None, desc: str = "episodes", progress: bool = True) -> list[dict]:
+def run_cells(
+    run: Callable,
+    setup,
+    cells: Sequence,
+    out_dir: Path,
+    *,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    desc: str = "episodes",
+    progress: bool = True,
+) -> list[dict]:
     """Records of `cells` in order: cached ones read back, the rest computed by
     `run(setup, cell) -> dict` (locally, or as Ray tasks) and cached as they finish."""
     from tqdm import tqdm
@@ -79,8 +88,7 @@ def _ray_map(run: Callable, setup, cells: Sequence, address: str | None):
         if address:
             check_reachable(address)
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING)
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         except Exception as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             raise UserError(f"could not start or reach {where}: {exc}") from exc
@@ -105,8 +113,10 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise UserError(f"no Ray cluster answers at {address} ({exc}); start one with `ray start --head` "
-                        "or leave out --ray-address for a local instance") from None
+        raise UserError(
+            f"no Ray cluster answers at {address} ({exc}); start one with `ray start --head` "
+            "or leave out --ray-address for a local instance"
+        ) from None
 
 
 def import_ray():

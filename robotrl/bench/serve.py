@@ -22,10 +22,17 @@ def _request(policy: ChunkPolicy, robot: int, request_id: int, rng: np.random.Ge
     meta = policy.metadata
     size = meta.image_size_px
     images = {cam: rng.integers(0, 255, (size, size, 3), dtype=np.uint8) for cam in meta.cameras}
-    return ObservationRequest(robot_id=f"robot{robot}", request_id=request_id, tick=request_id,
-                              state=rng.normal(0.0, 0.3, meta.state_dim), in_flight=np.zeros((0, meta.action_dim)),
-                              images=images, instruction="put the red cube in the bin", delay_ticks=2,
-                              env_state=rng.normal(0.0, 0.1, meta.env_state_dim) if meta.env_state_dim else None)
+    return ObservationRequest(
+        robot_id=f"robot{robot}",
+        request_id=request_id,
+        tick=request_id,
+        state=rng.normal(0.0, 0.3, meta.state_dim),
+        in_flight=np.zeros((0, meta.action_dim)),
+        images=images,
+        instruction="put the red cube in the bin",
+        delay_ticks=2,
+        env_state=rng.normal(0.0, 0.1, meta.env_state_dim) if meta.env_state_dim else None,
+    )
 
 
 def throughput(policy: ChunkPolicy, robots: int, seconds: float, batch_wait_ms: float = 2.0) -> dict:

@@ -25,8 +25,20 @@ from robotrl.bench.runner import run_cells
 from robotrl.bench.summary import find_row, sanitize, summarize, wilson_text
 from robotrl.sim.scenario import Scenario, get_scenario
 
-COLUMNS = ("variant", "mode", "A->A success", "A->B success", "change", "A->B ticks", "A->B clamps",
-           "A->B reaction", "RT A->A", "RT A->B", "RT missed ticks", "RT delay p50")
+COLUMNS = (
+    "variant",
+    "mode",
+    "A->A success",
+    "A->B success",
+    "change",
+    "A->B ticks",
+    "A->B clamps",
+    "A->B reaction",
+    "RT A->A",
+    "RT A->B",
+    "RT missed ticks",
+    "RT delay p50",
+)
 
 
 @dataclass(frozen=True)
@@ -58,39 +70,88 @@ def variants(delay_a: DelaySpec, latency_b: DelaySpec, jitter: float, uses_camer
     return out
 
 
-def run(setup: BenchSetup, *, modes: list[str], delay_a: DelaySpec, latency_b: DelaySpec, jitter: float,
-        episodes: int, realtime_episodes: int, seed0: int, out_dir: Path, use_ray: bool = False,
-        ray_address: str | None = None, progress: bool = True) -> dict:
+def run(
+    setup: BenchSetup,
+    *,
+    modes: list[str],
+    delay_a: DelaySpec,
+    latency_b: DelaySpec,
+    jitter: float,
+    episodes: int,
+    realtime_episodes: int,
+    seed0: int,
+    out_dir: Path,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    progress: bool = True,
+) -> dict:
     """Run (or resume) the stepped and real-time episodes; write report.md, results.json, plots."""
     uses_camera = bool(setup.checkpoint and load_checkpoint(setup.checkpoint).metadata.cameras)
     vs = variants(delay_a, latency_b, jitter, uses_camera)
     start = time.perf_counter()
     cells = [Cell(v.scenario, m, v.delay, seed0 + i) for v in vs if v.stepped for m in modes for i in range(episodes)]
-    records = run_cells(run_cell, setup, cells, out_dir, use_ray=use_ray, ray_address=ray_address,
-                        desc=f"sim2sim {setup.task} stepped", progress=progress)
+    records = run_cells(
+        run_cell,
+        setup,
+        cells,
+        out_dir,
+        use_ray=use_ray,
+        ray_address=ray_address,
+        desc=f"sim2sim {setup.task} stepped",
+        progress=progress,
+    )
     env = make_env(setup, vs[0].scenario)
     max_ticks = env.task.max_ticks
-    rt_cells = [RealtimeCell(v.name, v.scenario, m, seed0 + i, max_ticks, v.latency, v.jitter)
-                for v in vs for m in modes if m in REALTIME_MODES for i in range(realtime_episodes)]
-    rt_records = run_cells(run_realtime_cell, setup, rt_cells, out_dir, desc=f"sim2sim {setup.task} real time",
-                           progress=progress)
+    rt_cells = [
+        RealtimeCell(v.name, v.scenario, m, seed0 + i, max_ticks, v.latency, v.jitter)
+        for v in vs
+        for m in modes
+        if m in REALTIME_MODES
+        for i in range(realtime_episodes)
+    ]
+    rt_records = run_cells(
+        run_realtime_cell, setup, rt_cells, out_dir, desc=f"sim2sim {setup.task} real time", progress=progress
+    )
     wall_s = time.perf_counter() - start
     s = min(setup.execute_horizon, chunk_horizon(setup))
     summary = summarize(records, s, env.dt_s)
     rows = [table_row(v, m, summary, rt_records, vs[0]) for v in vs for m in modes]
-    plot_rows = [dict(r, scenario=v.name) for v in vs if v.stepped for m in modes
-                 if (r := find_row(summary, m, v.delay.label, v.scenario.name)) is not None]
+    plot_rows = [
+        dict(r, scenario=v.name)
+        for v in vs
+        if v.stepped
+        for m in modes
+        if (r := find_row(summary, m, v.delay.label, v.scenario.name)) is not None
+    ]
     plots = plot_sim2sim(plot_rows, out_dir, setup.task, vs[0].name)
     results = {
-        "bench": "sim2sim", "setup": asdict(setup), "policy": setup.checkpoint or "scripted expert",
-        "modes": modes, "episodes": episodes, "realtime_episodes": realtime_episodes,
-        "seeds": [seed0, seed0 + episodes - 1], "variants": [_variant_doc(v) for v in vs],
-        "wall_s": wall_s, "rows": rows, "stepped": summary, "realtime": rt_records,
+        "bench": "sim2sim",
+        "setup": asdict(setup),
+        "policy": setup.checkpoint or "scripted expert",
+        "modes": modes,
+        "episodes": episodes,
+        "realtime_episodes": realtime_episodes,
+        "seeds": [seed0, seed0 + episodes - 1],
+        "variants": [_variant_doc(v) for v in vs],
+        "wall_s": wall_s,
+        "rows": rows,
+        "stepped": summary,
+        "realtime": rt_records,
     }
-    write_report(out_dir, f"Sim-to-sim benchmark: {setup.task}", [
-        Table("A -> A and A -> B per perturbation (stepped; RT = real time through the deploy path)", COLUMNS,
-              [r["cells"] for r in rows])], results, plots=plots, notes=notes(setup, delay_a, episodes,
-                                                                               realtime_episodes, wall_s))
+    write_report(
+        out_dir,
+        f"Sim-to-sim benchmark: {setup.task}",
+        [
+            Table(
+                "A -> A and A -> B per perturbation (stepped; RT = real time through the deploy path)",
+                COLUMNS,
+                [r["cells"] for r in rows],
+            )
+        ],
+        results,
+        plots=plots,
+        notes=notes(setup, delay_a, episodes, realtime_episodes, wall_s),
+    )
     return cast(dict, sanitize(results))  # a dict sanitizes to a dict
 
 
@@ -102,14 +163,30 @@ def table_row(v: Variant, mode: str, summary: list[dict], rt_records: list[dict]
     rt_b = [r for r in rt_records if r["variant"] == v.name and r["mode"] == mode]
     change = None if row_a is None or row_b is None else row_b["success_rate"] - row_a["success_rate"]
     reaction = None if row_b is None else row_b["reaction_ticks_median"]
-    cells = (v.name, mode, _success(row_a), _success(row_b) if v.stepped else "n/a (real time only)",
-             "-" if change is None else f"{change * 100:+.0f} pts",
-             "-" if row_b is None else f"{row_b['mean_ticks']:.1f}", "-" if row_b is None else row_b["step_clamps"],
-             "-" if reaction is None else f"{reaction:.1f}",
-             _rt_success(rt_a), _rt_success(rt_b), sum(r["missed_ticks"] for r in rt_b) if rt_b else "-",
-             _median(r["delay_p50_ticks"] for r in rt_b))
-    return {"variant": v.name, "mode": mode, "success_change": change, "stepped_a": row_a, "stepped_b": row_b,
-            "realtime_a": _rt_summary(rt_a), "realtime_b": _rt_summary(rt_b), "cells": cells}
+    cells = (
+        v.name,
+        mode,
+        _success(row_a),
+        _success(row_b) if v.stepped else "n/a (real time only)",
+        "-" if change is None else f"{change * 100:+.0f} pts",
+        "-" if row_b is None else f"{row_b['mean_ticks']:.1f}",
+        "-" if row_b is None else row_b["step_clamps"],
+        "-" if reaction is None else f"{reaction:.1f}",
+        _rt_success(rt_a),
+        _rt_success(rt_b),
+        sum(r["missed_ticks"] for r in rt_b) if rt_b else "-",
+        _median(r["delay_p50_ticks"] for r in rt_b),
+    )
+    return {
+        "variant": v.name,
+        "mode": mode,
+        "success_change": change,
+        "stepped_a": row_a,
+        "stepped_b": row_b,
+        "realtime_a": _rt_summary(rt_a),
+        "realtime_b": _rt_summary(rt_b),
+        "cells": cells,
+    }
 
 
 def _success(row: dict | None) -> str:
@@ -125,10 +202,13 @@ def _rt_success(records: list[dict]) -> str:
 def _rt_summary(records: list[dict]) -> dict | None:
     if not records:
         return None
-    return {"episodes": len(records), "successes": sum(r["success"] for r in records),
-            "mean_ticks": float(np.mean([r["ticks"] for r in records])),
-            "missed_ticks": sum(r["missed_ticks"] for r in records),
-            "step_clamps": sum(r["step_clamps"] for r in records)}
+    return {
+        "episodes": len(records),
+        "successes": sum(r["success"] for r in records),
+        "mean_ticks": float(np.mean([r["ticks"] for r in records])),
+        "missed_ticks": sum(r["missed_ticks"] for r in records),
+        "step_clamps": sum(r["step_clamps"] for r in records),
+    }
 
 
 def _median(values) -> str:
@@ -137,8 +217,14 @@ def _median(values) -> str:
 
 
 def _variant_doc(v: Variant) -> dict:
-    return {"name": v.name, "scenario": asdict(v.scenario), "delay": v.delay.label,
-            "latency": None if v.latency is None else v.latency.label, "jitter": v.jitter, "stepped": v.stepped}
+    return {
+        "name": v.name,
+        "scenario": asdict(v.scenario),
+        "delay": v.delay.label,
+        "latency": None if v.latency is None else v.latency.label,
+        "jitter": v.jitter,
+        "stepped": v.stepped,
+    }
 
 
 def notes(setup: BenchSetup, delay_a: DelaySpec, episodes: int, realtime_episodes: int, wall_s: float) -> list[str]:

@@ -87,7 +87,9 @@ def run(arm: str = "so101", repeats: int = 5, ticks: int = 600, frames: int = 10
         ratios.append((1.0 / ctrl_rate) / (substeps / raw_rate))
     fps = [render_rate(model, frames) for _ in range(max(1, repeats // 2))]
     return {
-        "arm": arm, "substeps_per_tick": substeps, "repeats": repeats,
+        "arm": arm,
+        "substeps_per_tick": substeps,
+        "repeats": repeats,
         "raw_mj_step_per_s": statistics.median(raw),
         "control_steps_per_s": statistics.median(control),
         "control_step_cost_vs_raw_physics": statistics.median(ratios),

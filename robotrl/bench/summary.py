@@ -12,8 +12,23 @@ import numpy as np
 from robotrl.bench.metrics import histogram_stats, matched_speedup, merge_histograms, nan_median, speedup_limit
 from robotrl.sim.rollout import wilson_interval
 
-MAIN_COLUMNS = ("mode", "delay", "success", "wilson95", "ticks", "pauses", "speedup", "limit", "reaction",
-                "stale_mean", "stale_p95", "stale_max", "disc_ratio", "jerk_ratio", "clamps")
+MAIN_COLUMNS = (
+    "mode",
+    "delay",
+    "success",
+    "wilson95",
+    "ticks",
+    "pauses",
+    "speedup",
+    "limit",
+    "reaction",
+    "stale_mean",
+    "stale_p95",
+    "stale_max",
+    "disc_ratio",
+    "jerk_ratio",
+    "clamps",
+)
 """Columns of the printed table; `row_cells` formats a summary row into them."""
 
 
@@ -34,8 +49,11 @@ def summarize(records: list[dict], execute_horizon: int, dt_s: float) -> list[di
         method = groups[(row["scenario"], row["mode"], row["delay"])]
         row["speedup"] = None if sync is None else matched_speedup(_success_ticks(sync), _success_ticks(method))
         delay_s = row["delay_mean_ticks"] * dt_s
-        row["speedup_limit"] = 1.0 if row["mode"] == "sync" else speedup_limit(
-            execute_horizon, dt_s, delay_s, int(np.ceil(row["delay_mean_ticks"])))
+        row["speedup_limit"] = (
+            1.0
+            if row["mode"] == "sync"
+            else speedup_limit(execute_horizon, dt_s, delay_s, int(np.ceil(row["delay_mean_ticks"])))
+        )
         row["speedup_of_limit"] = None if row["speedup"] is None else row["speedup"] / row["speedup_limit"]
     return rows
 
@@ -52,14 +70,22 @@ def _summarize_group(records: list[dict]) -> dict:
     reactions = [r["reaction_ticks"] for r in records if r["reaction_ticks"] is not None]
     staleness = histogram_stats(merge_histograms(r["staleness"] for r in records))
     return {
-        "scenario": first["scenario"], "mode": first["mode"], "delay": first["delay"],
-        "delay_mean_ticks": first["delay_mean_ticks"], "episodes": n, "successes": wins,
-        "success_rate": wins / n, "wilson95_low": low, "wilson95_high": high,
+        "scenario": first["scenario"],
+        "mode": first["mode"],
+        "delay": first["delay"],
+        "delay_mean_ticks": first["delay_mean_ticks"],
+        "episodes": n,
+        "successes": wins,
+        "success_rate": wins / n,
+        "wilson95_low": low,
+        "wilson95_high": high,
         "mean_ticks": float(np.mean([r["ticks"] for r in records])),
         "mean_pauses": float(np.mean([r["pauses"] for r in records])),
         "reaction_ticks_median": nan_median(reactions) if reactions else None,
         "reaction_defined": len(reactions),
-        "staleness_mean": staleness["mean"], "staleness_p95": staleness["p95"], "staleness_max": staleness["max"],
+        "staleness_mean": staleness["mean"],
+        "staleness_p95": staleness["p95"],
+        "staleness_max": staleness["max"],
         "disc_ratio_requested": nan_median(r["disc_ratio_requested"] for r in records),
         "disc_ratio_executed": nan_median(r["disc_ratio_executed"] for r in records),
         "jerk_ratio_requested": nan_median(r["jerk_ratio_requested"] for r in records),
@@ -71,16 +97,27 @@ def _summarize_group(records: list[dict]) -> dict:
 
 def row_cells(row: dict) -> tuple:
     """`row` formatted into `MAIN_COLUMNS` ("-" where a value is undefined)."""
-    return (row["mode"], row["delay"], f"{row['successes']}/{row['episodes']}",
-            wilson_text(row), _num(row["mean_ticks"], 1),
-            _num(row["mean_pauses"], 1), _num(row["speedup"], 3), _num(row["speedup_limit"], 3),
-            _num(row["reaction_ticks_median"], 1), _num(row["staleness_mean"], 1), _num(row["staleness_p95"], 0),
-            _num(row["staleness_max"], 0), _num(row["disc_ratio_requested"], 2),
-            _num(row["jerk_ratio_requested"], 2), row["step_clamps"])
+    return (
+        row["mode"],
+        row["delay"],
+        f"{row['successes']}/{row['episodes']}",
+        wilson_text(row),
+        _num(row["mean_ticks"], 1),
+        _num(row["mean_pauses"], 1),
+        _num(row["speedup"], 3),
+        _num(row["speedup_limit"], 3),
+        _num(row["reaction_ticks_median"], 1),
+        _num(row["staleness_mean"], 1),
+        _num(row["staleness_p95"], 0),
+        _num(row["staleness_max"], 0),
+        _num(row["disc_ratio_requested"], 2),
+        _num(row["jerk_ratio_requested"], 2),
+        row["step_clamps"],
+    )
 
 
 def wilson_text(row: dict) -> str:
-    """"[low%, high%]" (the float rounding of a 0 lower bound shown as 0%)."""
+    """ "[low%, high%]" (the float rounding of a 0 lower bound shown as 0%)."""
     return f"[{max(row['wilson95_low'], 0.0):.0%}, {min(row['wilson95_high'], 1.0):.0%}]"
 
 

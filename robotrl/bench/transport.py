@@ -54,9 +54,15 @@ def camera_image(seed: int) -> np.ndarray:
 
 def _request(request_id: int, images: dict[str, np.ndarray]) -> ObservationRequest:
     """A fresh request around the same camera frames (as lerobot's baseline gets them)."""
-    return ObservationRequest(robot_id="bench", request_id=request_id, tick=request_id,
-                              state=np.linspace(-1, 1, 6, dtype=np.float32),
-                              in_flight=np.zeros((0, 6), np.float32), delay_ticks=3, images=images)
+    return ObservationRequest(
+        robot_id="bench",
+        request_id=request_id,
+        tick=request_id,
+        state=np.linspace(-1, 1, 6, dtype=np.float32),
+        in_flight=np.zeros((0, 6), np.float32),
+        delay_ticks=3,
+        images=images,
+    )
 
 
 def _echo(server: ServerSocket, model_s: float, stop: threading.Event) -> None:
@@ -72,10 +78,21 @@ def _echo(server: ServerSocket, model_s: float, stop: threading.Event) -> None:
         if model_s:
             time.sleep(model_s)
         model_ns = time.perf_counter_ns() - t0
-        server.send(identity, ChunkReply(
-            request_id=msg.request_id, start_tick=msg.tick + msg.delay_ticks, actions=actions, version=0,
-            timings_ns={"queue": 0, "model": model_ns, "decode": server.last_decode_ns,
-                        "total": server.last_decode_ns + model_ns}))
+        server.send(
+            identity,
+            ChunkReply(
+                request_id=msg.request_id,
+                start_tick=msg.tick + msg.delay_ticks,
+                actions=actions,
+                version=0,
+                timings_ns={
+                    "queue": 0,
+                    "model": model_ns,
+                    "decode": server.last_decode_ns,
+                    "total": server.last_decode_ns + model_ns,
+                },
+            ),
+        )
 
 
 def measure_robotrl(model_s: float, jpeg: bool, requests: int) -> dict:
@@ -97,10 +114,13 @@ def measure_robotrl(model_s: float, jpeg: bool, requests: int) -> dict:
                 if i >= WARMUP:
                     if not isinstance(reply, ChunkReply):
                         raise RuntimeError(f"the echo server answered {type(reply).__name__}: {reply!r}")
-                    for key, ns in (("round_trip", rt_ns), ("model", reply.timings_ns["model"]),
-                                    ("client_encode", client.last_encode_ns),
-                                    ("client_decode", client.last_decode_ns),
-                                    ("server_decode", reply.timings_ns["decode"])):
+                    for key, ns in (
+                        ("round_trip", rt_ns),
+                        ("model", reply.timings_ns["model"]),
+                        ("client_encode", client.last_encode_ns),
+                        ("client_decode", client.last_decode_ns),
+                        ("server_decode", reply.timings_ns["decode"]),
+                    ):
                         samples[key].append(ns / 1e6)
             bytes_sent = client.last_sent_bytes
         finally:
@@ -108,17 +128,39 @@ def measure_robotrl(model_s: float, jpeg: bool, requests: int) -> dict:
             stop.set()
             thread.join(timeout=2)
     s = {k: np.asarray(v) for k, v in samples.items()}
-    return _summary("robotrl zmq+msgpack", "jpeg q90" if jpeg else "raw", model_s, bytes_sent, s["round_trip"],
-                    s["model"], s["client_encode"], s["client_decode"], s["server_decode"])
+    return _summary(
+        "robotrl zmq+msgpack",
+        "jpeg q90" if jpeg else "raw",
+        model_s,
+        bytes_sent,
+        s["round_trip"],
+        s["model"],
+        s["client_encode"],
+        s["client_decode"],
+        s["server_decode"],
+    )
 
 
-def _summary(transport: str, images: str, model_s: float, bytes_sent: int, rt: np.ndarray, model: np.ndarray,
-             encode: np.ndarray | None = None, decode: np.ndarray | None = None,
-             server_decode: np.ndarray | None = None) -> dict:
+def _summary(
+    transport: str,
+    images: str,
+    model_s: float,
+    bytes_sent: int,
+    rt: np.ndarray,
+    model: np.ndarray,
+    encode: np.ndarray | None = None,
+    decode: np.ndarray | None = None,
+    server_decode: np.ndarray | None = None,
+) -> dict:
     """One table row: percentiles in ms (p50 for the parts of the split)."""
     overhead = rt - model
-    row = {"transport": transport, "images": images, "model_ms": model_s * 1e3, "bytes_per_request": bytes_sent,
-           "requests": len(rt)}
+    row = {
+        "transport": transport,
+        "images": images,
+        "model_ms": model_s * 1e3,
+        "bytes_per_request": bytes_sent,
+        "requests": len(rt),
+    }
     for name, values in (("round_trip", rt), ("overhead", overhead)):
         for q in (50, 95, 99):
             row[f"{name}_p{q}_ms"] = float(np.percentile(values, q))
@@ -132,6 +174,7 @@ def _summary(transport: str, images: str, model_s: float, bytes_sent: int, rt: n
 
 
 # ---- lerobot 0.6.1 baseline: its gRPC stubs and its own (pickle-based) serialisation helpers ----
+
 
 @contextlib.contextmanager
 def _quiet_root_logger() -> Iterator[None]:
@@ -165,8 +208,18 @@ def _import_lerobot() -> tuple:
             from lerobot.async_inference.helpers import TimedAction, TimedObservation
         finally:
             os.chdir(cwd)
-    return (grpc, services_pb2, services_pb2_grpc, grpc_channel_options, receive_bytes_in_chunks,
-            send_bytes_in_chunks, TimedAction, TimedObservation, python_object_to_bytes, bytes_to_python_object)
+    return (
+        grpc,
+        services_pb2,
+        services_pb2_grpc,
+        grpc_channel_options,
+        receive_bytes_in_chunks,
+        send_bytes_in_chunks,
+        TimedAction,
+        TimedObservation,
+        python_object_to_bytes,
+        bytes_to_python_object,
+    )
 
 
 def measure_lerobot(model_s: float, requests: int) -> dict:
@@ -176,8 +229,18 @@ def measure_lerobot(model_s: float, requests: int) -> dict:
 
     import torch
 
-    (grpc, pb2, pb2_grpc, channel_options, receive_chunks, send_chunks, TimedAction,
-     TimedObservation, to_bytes, from_bytes) = _import_lerobot()
+    (
+        grpc,
+        pb2,
+        pb2_grpc,
+        channel_options,
+        receive_chunks,
+        send_chunks,
+        TimedAction,
+        TimedObservation,
+        to_bytes,
+        from_bytes,
+    ) = _import_lerobot()
     chunk = torch.linspace(0, 1, CHUNK_SHAPE[0] * CHUNK_SHAPE[1]).reshape(CHUNK_SHAPE)
     model_ns: list[int] = []
 
@@ -196,8 +259,10 @@ def measure_lerobot(model_s: float, requests: int) -> dict:
             if model_s:
                 time.sleep(model_s)
             model_ns.append(time.perf_counter_ns() - t0)
-            actions = [TimedAction(timestamp=obs.timestamp + i / 30, timestep=obs.timestep + i, action=a)
-                       for i, a in enumerate(list(chunk))]
+            actions = [
+                TimedAction(timestamp=obs.timestamp + i / 30, timestep=obs.timestep + i, action=a)
+                for i, a in enumerate(list(chunk))
+            ]
             return pb2.Actions(data=to_bytes(actions))
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -224,8 +289,9 @@ def measure_lerobot(model_s: float, requests: int) -> dict:
     finally:
         channel.close()
         server.stop(grace=None)
-    return _summary("lerobot gRPC+pickle", "raw", model_s, sizes, np.asarray(rts[WARMUP:]),
-                    np.asarray(model_ns[WARMUP:]) / 1e6)
+    return _summary(
+        "lerobot gRPC+pickle", "raw", model_s, sizes, np.asarray(rts[WARMUP:]), np.asarray(model_ns[WARMUP:]) / 1e6
+    )
 
 
 def run(repeats: int = 1, progress: Callable[[str], None] = lambda _: None) -> dict:
@@ -241,8 +307,9 @@ def run(repeats: int = 1, progress: Callable[[str], None] = lambda _: None) -> d
         import grpc  # noqa: F401  # pyright: ignore[reportMissingModuleSource]
         import lerobot.transport.services_pb2  # noqa: F401
     except ImportError as exc:
-        result["lerobot_baseline"] = (f"skipped: lerobot's gRPC stubs are not importable ({exc}); "
-                                      "pip install 'lerobot[async]'")
+        result["lerobot_baseline"] = (
+            f"skipped: lerobot's gRPC stubs are not importable ({exc}); pip install 'lerobot[async]'"
+        )
         return result
     result["lerobot_baseline"] = "lerobot 0.6.1 AsyncInference stubs, pickled payloads, same process"
     for model_s in MODEL_S:
@@ -252,5 +319,6 @@ def run(repeats: int = 1, progress: Callable[[str], None] = lambda _: None) -> d
         rows.append(lerobot)
         for q in (50, 99):
             result[f"lerobot_over_robotrl_round_trip_p{q}_model_{model_s * 1e3:g}ms"] = (
-                lerobot[f"round_trip_p{q}_ms"] / ours[f"round_trip_p{q}_ms"])
+                lerobot[f"round_trip_p{q}_ms"] / ours[f"round_trip_p{q}_ms"]
+            )
     return result

@@ -46,11 +46,20 @@ class RowStore:
 
     def _allocate(self, capacity: int) -> None:
         s = self.spec
-        shapes = {"state": ((s.state_dim,), np.float32), "action": ((s.action_dim,), np.float32),
-                  "reward": ((), np.float32), "intervention": ((), np.bool_), "version": ((), np.int64),
-                  "glob": ((), np.int64), "ep_end": ((), np.int64), "ep_done": ((), np.bool_),
-                  "ep_success": ((), np.bool_), "ep_intervened": ((), np.bool_), "ep_return": ((), np.float32),
-                  "instr": ((), np.int32)}
+        shapes = {
+            "state": ((s.state_dim,), np.float32),
+            "action": ((s.action_dim,), np.float32),
+            "reward": ((), np.float32),
+            "intervention": ((), np.bool_),
+            "version": ((), np.int64),
+            "glob": ((), np.int64),
+            "ep_end": ((), np.int64),
+            "ep_done": ((), np.bool_),
+            "ep_success": ((), np.bool_),
+            "ep_intervened": ((), np.bool_),
+            "ep_return": ((), np.float32),
+            "instr": ((), np.int32),
+        }
         if s.env_state_dim:
             shapes["env_state"] = ((s.env_state_dim,), np.float32)
         arrays = {k: np.zeros((capacity, *shape), dt) for k, (shape, dt) in shapes.items()}
@@ -88,10 +97,20 @@ class RowStore:
         instr = self._instr_index.setdefault(ep.instruction, len(self.instructions))
         if instr == len(self.instructions):
             self.instructions.append(ep.instruction)
-        values = {"state": ep.state, "action": ep.action, "reward": ep.reward, "intervention": ep.intervention,
-                  "version": ep.version, "glob": np.arange(start, start + n), "ep_end": start + n,
-                  "ep_done": ep.done, "ep_success": ep.success, "ep_intervened": bool(np.any(ep.intervention)),
-                  "ep_return": float(np.sum(ep.reward, dtype=np.float64)), "instr": instr}
+        values = {
+            "state": ep.state,
+            "action": ep.action,
+            "reward": ep.reward,
+            "intervention": ep.intervention,
+            "version": ep.version,
+            "glob": np.arange(start, start + n),
+            "ep_end": start + n,
+            "ep_done": ep.done,
+            "ep_success": ep.success,
+            "ep_intervened": bool(np.any(ep.intervention)),
+            "ep_return": float(np.sum(ep.reward, dtype=np.float64)),
+            "instr": instr,
+        }
         if "env_state" in self.arrays:
             values["env_state"] = ep.env_state
         for name, value in values.items():
@@ -107,11 +126,11 @@ class RowStore:
         first = start % self.capacity
         k = min(n, self.capacity - first)
         if np.ndim(value) == 0:
-            arr[first:first + k] = value
-            arr[:n - k] = value
+            arr[first : first + k] = value
+            arr[: n - k] = value
         else:
-            arr[first:first + k] = value[:k]
-            arr[:n - k] = value[k:]
+            arr[first : first + k] = value[:k]
+            arr[: n - k] = value[k:]
 
     def reserve(self, rows: int) -> None:
         """Make room for `rows` more rows at once (a non-evicting store; avoids doubling)."""

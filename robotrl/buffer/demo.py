@@ -23,18 +23,20 @@ def load_demo_episodes(root: Path | str, spec: TransitionSpec, *, progress: bool
 
     root = Path(root)
     size_px = max((max(h, w) for h, w in spec.cameras.values()), default=8)
-    frames = load_frames(root, tuple(spec.cameras), size_px, use_env_state=spec.env_state_dim > 0,
-                         progress=progress)
+    frames = load_frames(root, tuple(spec.cameras), size_px, use_env_state=spec.env_state_dim > 0, progress=progress)
     if frames.states.shape[1] != spec.state_dim or frames.actions.shape[1] != spec.action_dim:
-        raise ValueError(f"dataset {root}: state/action dims {frames.states.shape[1]}/{frames.actions.shape[1]}, "
-                         f"the buffer expects {spec.state_dim}/{spec.action_dim}")
+        raise ValueError(
+            f"dataset {root}: state/action dims {frames.states.shape[1]}/{frames.actions.shape[1]}, "
+            f"the buffer expects {spec.state_dim}/{spec.action_dim}"
+        )
     env_states = frames.env_states
     if spec.env_state_dim:
         if env_states is None:  # load_frames(use_env_state=True) always reads it
             raise RuntimeError(f"dataset {root}: load_frames returned no env_state")
         if env_states.shape[1] != spec.env_state_dim:
-            raise ValueError(f"dataset {root}: env_state dim {env_states.shape[1]}, "
-                             f"the buffer expects {spec.env_state_dim}")
+            raise ValueError(
+                f"dataset {root}: env_state dim {env_states.shape[1]}, the buffer expects {spec.env_state_dim}"
+            )
     images = {cam: _to_hwc(frames.images[cam].numpy(), spec.cameras[cam]) for cam in spec.cameras}
     reward, success = _reward_success(root, frames.num_frames)
     episodes = []
@@ -42,14 +44,26 @@ def load_demo_episodes(root: Path | str, spec: TransitionSpec, *, progress: bool
         end = int(frames.episode_end[start])
         rows = slice(int(start), end)
         n = end - int(start)
-        episodes.append(Episode(
-            robot_id=f"demo:{root.name}", episode_id=len(episodes), ticks=np.arange(n, dtype=np.int64),
-            state=frames.states[rows], action=frames.actions[rows], policy_action=frames.actions[rows],
-            reward=reward[rows], intervention=np.zeros(n, bool), version=np.full(n, -1, np.int64),
-            delay_ticks=np.zeros(n, np.int64), images={cam: img[rows] for cam, img in images.items()},
-            env_state=env_states[rows] if spec.env_state_dim and env_states is not None else None,
-            instruction=frames.tasks[int(frames.task_ids[start])], done=True,
-            success=bool(success[rows].any()), source="demo"))
+        episodes.append(
+            Episode(
+                robot_id=f"demo:{root.name}",
+                episode_id=len(episodes),
+                ticks=np.arange(n, dtype=np.int64),
+                state=frames.states[rows],
+                action=frames.actions[rows],
+                policy_action=frames.actions[rows],
+                reward=reward[rows],
+                intervention=np.zeros(n, bool),
+                version=np.full(n, -1, np.int64),
+                delay_ticks=np.zeros(n, np.int64),
+                images={cam: img[rows] for cam, img in images.items()},
+                env_state=env_states[rows] if spec.env_state_dim and env_states is not None else None,
+                instruction=frames.tasks[int(frames.task_ids[start])],
+                done=True,
+                success=bool(success[rows].any()),
+                source="demo",
+            )
+        )
     return episodes
 
 

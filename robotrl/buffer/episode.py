@@ -19,9 +19,14 @@ from robotrl.wire.messages import TransitionBatch
 log = logging.getLogger(__name__)
 
 ROW_FIELDS: dict[str, np.dtype] = {
-    "ticks": np.dtype(np.int64), "state": np.dtype(np.float32), "action": np.dtype(np.float32),
-    "policy_action": np.dtype(np.float32), "reward": np.dtype(np.float32),
-    "intervention": np.dtype(np.bool_), "version": np.dtype(np.int64), "delay_ticks": np.dtype(np.int64),
+    "ticks": np.dtype(np.int64),
+    "state": np.dtype(np.float32),
+    "action": np.dtype(np.float32),
+    "policy_action": np.dtype(np.float32),
+    "reward": np.dtype(np.float32),
+    "intervention": np.dtype(np.bool_),
+    "version": np.dtype(np.int64),
+    "delay_ticks": np.dtype(np.int64),
 }
 """Per-row array fields of a transition (besides images and env_state) and their stored dtype."""
 
@@ -110,15 +115,28 @@ class PartialEpisode:
         if not parts:
             raise ValueError(f"episode {self.key}: no rows")
         first = parts[0]
-        cat = {name: np.concatenate([np.asarray(getattr(b, name), dtype=dt) for b in parts])
-               for name, dt in ROW_FIELDS.items()}
+        cat = {
+            name: np.concatenate([np.asarray(getattr(b, name), dtype=dt) for b in parts])
+            for name, dt in ROW_FIELDS.items()
+        }
         images = {cam: np.concatenate([b.images[cam] for b in parts]) for cam in first.images}
-        env = (np.concatenate([np.asarray(b.env_state, np.float32) for b in parts])
-               if first.env_state is not None else None)
+        env = (
+            np.concatenate([np.asarray(b.env_state, np.float32) for b in parts])
+            if first.env_state is not None
+            else None
+        )
         done = self.last is not None
-        return Episode(self.robot_id, self.episode_id, **cat, images=images, env_state=env,
-                       instruction=first.instruction, done=done,
-                       success=bool(self.last.success) if self.last is not None else False, source="online")
+        return Episode(
+            self.robot_id,
+            self.episode_id,
+            **cat,
+            images=images,
+            env_state=env,
+            instruction=first.instruction,
+            done=done,
+            success=bool(self.last.success) if self.last is not None else False,
+            source="online",
+        )
 
 
 def _in_order(batches: dict[int, TransitionBatch], warn_key: tuple[str, int]) -> list[TransitionBatch]:
@@ -143,5 +161,9 @@ def _slice_batch(b: TransitionBatch, start: int) -> TransitionBatch:
     """`b` without its first `start` rows."""
     rows = {name: getattr(b, name)[start:] for name in ROW_FIELDS}
     return msgspec.structs.replace(
-        b, seq=b.seq + start, images={k: v[start:] for k, v in b.images.items()},
-        env_state=None if b.env_state is None else b.env_state[start:], **rows)
+        b,
+        seq=b.seq + start,
+        images={k: v[start:] for k, v in b.images.items()},
+        env_state=None if b.env_state is None else b.env_state[start:],
+        **rows,
+    )

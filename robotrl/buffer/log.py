@@ -82,9 +82,18 @@ def write_segment(path: Path, episode: Episode, *, fsync: bool = True) -> int:
         infos[name] = ArrayInfo(raw.dtype.str, list(raw.shape), offset)
         chunks.append(raw.reshape(-1).view(np.uint8).data)
         offset += raw.nbytes
-    meta = msgspec.msgpack.encode(SegmentMeta(
-        episode.robot_id, int(episode.episode_id), episode.n, episode.instruction, bool(episode.done),
-        bool(episode.success), episode.source, infos))
+    meta = msgspec.msgpack.encode(
+        SegmentMeta(
+            episode.robot_id,
+            int(episode.episode_id),
+            episode.n,
+            episode.instruction,
+            bool(episode.done),
+            bool(episode.success),
+            episode.source,
+            infos,
+        )
+    )
     payload_crc = 0
     for c in chunks:
         payload_crc = zlib.crc32(c, payload_crc)
@@ -121,11 +130,11 @@ def read_segment(path: Path) -> Episode:
 
     def take(k: int) -> memoryview:
         nonlocal pos
-        out = view[pos:pos + k]
+        out = view[pos : pos + k]
         pos += k
         return out
 
-    meta, (payload_crc, payload_len) = _parse_head(path, view[:_HEADER.size], take)
+    meta, (payload_crc, payload_len) = _parse_head(path, view[: _HEADER.size], take)
     payload = view[pos:]
     if len(payload) != payload_len or zlib.crc32(payload) != payload_crc:
         raise CorruptSegment(f"{path}: payload checksum or length mismatch (truncated or corrupt)")
@@ -138,9 +147,17 @@ def read_segment(path: Path) -> Episode:
         arrays[name] = np.frombuffer(payload, dtype, count, info.offset).reshape(info.shape)
     images = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("images/")}
     try:
-        return Episode(meta.robot_id, meta.episode_id, **{k: arrays[k] for k in ROW_FIELDS}, images=images,
-                       env_state=arrays.get("env_state"), instruction=meta.instruction, done=meta.done,
-                       success=meta.success, source=meta.source)
+        return Episode(
+            meta.robot_id,
+            meta.episode_id,
+            **{k: arrays[k] for k in ROW_FIELDS},
+            images=images,
+            env_state=arrays.get("env_state"),
+            instruction=meta.instruction,
+            done=meta.done,
+            success=meta.success,
+            source=meta.source,
+        )
     except (KeyError, ValueError) as exc:
         raise CorruptSegment(f"{path}: inconsistent arrays ({exc})") from None
 
@@ -166,7 +183,7 @@ def _parse_head(path: Path, head, read) -> tuple[SegmentMeta, tuple[int, int]]:
 def _journal_name(key: tuple[str, int]) -> str:
     """File name of an episode's journal: the robot id made file-safe, plus its crc32 so
     that two ids that differ only in unsafe characters never share a file."""
-    safe = re.sub(r'[^A-Za-z0-9_.-]', '_', key[0])
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key[0])
     return f"{safe}-{zlib.crc32(key[0].encode()):08x}__{key[1]}.jnl"
 
 
@@ -179,7 +196,7 @@ def read_journal(path: Path) -> tuple[list[TransitionBatch], int]:
         if pos + _RECORD.size > len(data):
             break
         length, crc = _RECORD.unpack_from(data, pos)
-        body = data[pos + _RECORD.size:pos + _RECORD.size + length]
+        body = data[pos + _RECORD.size : pos + _RECORD.size + length]
         if len(body) != length or zlib.crc32(body) != crc:
             break
         try:
@@ -191,8 +208,9 @@ def read_journal(path: Path) -> tuple[list[TransitionBatch], int]:
         out.append(msg)
         pos += _RECORD.size + length
     if pos < len(data):
-        log.warning("journal %s: dropped %d bytes of a truncated or corrupt record at byte %d", path,
-                    len(data) - pos, pos)
+        log.warning(
+            "journal %s: dropped %d bytes of a truncated or corrupt record at byte %d", path, len(data) - pos, pos
+        )
     return out, pos
 
 

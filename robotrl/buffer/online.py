@@ -37,8 +37,16 @@ class OnlineBuffer:
     `partial_episodes` (in-progress episodes found in the journal on open, not sampled).
     """
 
-    def __init__(self, root: Path | str, spec: TransitionSpec, capacity: int, *, online_ratio: float = 0.5,
-                 staleness_cap: int | None = None, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        spec: TransitionSpec,
+        capacity: int,
+        *,
+        online_ratio: float = 0.5,
+        staleness_cap: int | None = None,
+        fsync: bool = True,
+    ) -> None:
         if not 0.0 <= online_ratio <= 1.0:
             raise ValueError(f"online_ratio must be in [0, 1], got {online_ratio}")
         if staleness_cap is not None and staleness_cap < 0:
@@ -98,11 +106,13 @@ class OnlineBuffer:
         """See `robotrl.buffer.sampler.sample_transitions`."""
         return sample_transitions(self.cache, batch_size, learner_version, rng, self.online_ratio, self.staleness_cap)
 
-    def sample_chunks(self, batch_size: int, horizon: int, learner_version: int,
-                      rng: np.random.Generator) -> ChunkSample:
+    def sample_chunks(
+        self, batch_size: int, horizon: int, learner_version: int, rng: np.random.Generator
+    ) -> ChunkSample:
         """See `robotrl.buffer.sampler.sample_chunks`."""
-        return sample_chunks(self.cache, batch_size, horizon, learner_version, rng, self.online_ratio,
-                             self.staleness_cap)
+        return sample_chunks(
+            self.cache, batch_size, horizon, learner_version, rng, self.online_ratio, self.staleness_cap
+        )
 
     def close(self) -> None:
         self.log.close()

@@ -82,8 +82,14 @@ class ChunkSample:
     done: np.ndarray
 
 
-def draw_rows(cache: ReplayCache, batch_size: int, learner_version: int, rng: np.random.Generator,
-              online_ratio: float, staleness_cap: int | None) -> tuple[np.ndarray, np.ndarray]:
+def draw_rows(
+    cache: ReplayCache,
+    batch_size: int,
+    learner_version: int,
+    rng: np.random.Generator,
+    online_ratio: float,
+    staleness_cap: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(online-store slots, demo-store slots) of a mixed batch of `batch_size` rows.
 
     round(online_ratio * B) rows uniformly from the online pool (live online rows whose
@@ -117,7 +123,7 @@ def _gather(groups: list[tuple[RowStore, np.ndarray]], field: str, images: bool 
     out = np.empty((total, *arrays[0].shape[1:]), arrays[0].dtype)
     pos = 0
     for arr, (_, slots) in zip(arrays, groups):
-        np.take(arr, slots, axis=0, out=out[pos:pos + len(slots)], mode="clip")  # clip: unbuffered
+        np.take(arr, slots, axis=0, out=out[pos : pos + len(slots)], mode="clip")  # clip: unbuffered
         pos += len(slots)
     return out
 
@@ -133,8 +139,9 @@ def _offset_slots(store: RowStore, slots: np.ndarray, k: np.ndarray | int) -> tu
     return np.minimum(target, end - 1) % store.capacity, target < end
 
 
-def _chunk_rows(groups: list[tuple[RowStore, np.ndarray]], offs: list[tuple[np.ndarray, np.ndarray]],
-                field: str) -> np.ndarray:
+def _chunk_rows(
+    groups: list[tuple[RowStore, np.ndarray]], offs: list[tuple[np.ndarray, np.ndarray]], field: str
+) -> np.ndarray:
     """(B, H, ...) `field` at the (B, H) chunk slots `offs[i][0]` of each group's store."""
     return np.concatenate([st.arrays[field][sl] for (st, _), (sl, _) in zip(groups, offs)])
 
@@ -148,8 +155,14 @@ def _common(groups, learner_version: int, k_online: int) -> dict:
     return {"version": version, "staleness": staleness, "is_demo": is_demo}
 
 
-def sample_transitions(cache: ReplayCache, batch_size: int, learner_version: int, rng: np.random.Generator,
-                       online_ratio: float = 0.5, staleness_cap: int | None = None) -> TransitionSample:
+def sample_transitions(
+    cache: ReplayCache,
+    batch_size: int,
+    learner_version: int,
+    rng: np.random.Generator,
+    online_ratio: float = 0.5,
+    staleness_cap: int | None = None,
+) -> TransitionSample:
     """A `TransitionSample` of `batch_size` rows mixed as `draw_rows` says (online and
     intervention rows first, demo rows last)."""
     on, demo = draw_rows(cache, batch_size, learner_version, rng, online_ratio, staleness_cap)
@@ -159,17 +172,29 @@ def sample_transitions(cache: ReplayCache, batch_size: int, learner_version: int
     done = last & _gather(groups, "ep_done")
     env = "env_state" in cache.online.arrays
     return TransitionSample(
-        state=_gather(groups, "state"), env_state=_gather(groups, "env_state") if env else None,
+        state=_gather(groups, "state"),
+        env_state=_gather(groups, "env_state") if env else None,
         images={cam: _gather(groups, cam, True) for cam in cache.online.images},
-        action=_gather(groups, "action"), reward=_gather(groups, "reward"), done=done,
-        next_state=_gather(nxt, "state"), next_env_state=_gather(nxt, "env_state") if env else None,
+        action=_gather(groups, "action"),
+        reward=_gather(groups, "reward"),
+        done=done,
+        next_state=_gather(nxt, "state"),
+        next_env_state=_gather(nxt, "env_state") if env else None,
         next_images={cam: _gather(nxt, cam, True) for cam in cache.online.images},
-        intervention=_gather(groups, "intervention"), **_common(groups, learner_version, len(on)))
+        intervention=_gather(groups, "intervention"),
+        **_common(groups, learner_version, len(on)),
+    )
 
 
-def sample_chunks(cache: ReplayCache, batch_size: int, horizon: int, learner_version: int,
-                  rng: np.random.Generator, online_ratio: float = 0.5,
-                  staleness_cap: int | None = None) -> ChunkSample:
+def sample_chunks(
+    cache: ReplayCache,
+    batch_size: int,
+    horizon: int,
+    learner_version: int,
+    rng: np.random.Generator,
+    online_ratio: float = 0.5,
+    staleness_cap: int | None = None,
+) -> ChunkSample:
     """A `ChunkSample` of `batch_size` chunks of `horizon` rows, start rows mixed as
     `draw_rows` says (the cap applies to the start row's version)."""
     if horizon < 1:
@@ -185,12 +210,20 @@ def sample_chunks(cache: ReplayCache, batch_size: int, horizon: int, learner_ver
     instr = [st.instructions[i] for st, slots in groups for i in st.arrays["instr"][slots]]
     env = "env_state" in cache.online.arrays
     return ChunkSample(
-        state=_gather(groups, "state"), env_state=_gather(groups, "env_state") if env else None,
-        images={cam: _gather(groups, cam, True) for cam in cache.online.images}, instruction=instr,
-        actions=_chunk_rows(groups, offs, "action"), mask=mask,
+        state=_gather(groups, "state"),
+        env_state=_gather(groups, "env_state") if env else None,
+        images={cam: _gather(groups, cam, True) for cam in cache.online.images},
+        instruction=instr,
+        actions=_chunk_rows(groups, offs, "action"),
+        mask=mask,
         intervention=_chunk_rows(groups, offs, "intervention") & mask,
-        episode_return=_gather(groups, "ep_return"), episode_success=_gather(groups, "ep_success"),
-        episode_intervened=_gather(groups, "ep_intervened"), **_common(groups, learner_version, len(on)),
+        episode_return=_gather(groups, "ep_return"),
+        episode_success=_gather(groups, "ep_success"),
+        episode_intervened=_gather(groups, "ep_intervened"),
+        **_common(groups, learner_version, len(on)),
         reward=np.where(mask, _chunk_rows(groups, offs, "reward"), np.float32(0)),
-        next_state=_gather(nxt, "state"), next_env_state=_gather(nxt, "env_state") if env else None,
-        next_images={cam: _gather(nxt, cam, True) for cam in cache.online.images}, done=done)
+        next_state=_gather(nxt, "state"),
+        next_env_state=_gather(nxt, "env_state") if env else None,
+        next_images={cam: _gather(nxt, cam, True) for cam in cache.online.images},
+        done=done,
+    )

@@ -34,19 +34,28 @@ class TransitionSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> TransitionSpec:
-        return cls(int(data["state_dim"]), int(data["action_dim"]),
-                   {k: (int(v[0]), int(v[1])) for k, v in data.get("cameras", {}).items()},
-                   int(data.get("env_state_dim", 0)))
+        return cls(
+            int(data["state_dim"]),
+            int(data["action_dim"]),
+            {k: (int(v[0]), int(v[1])) for k, v in data.get("cameras", {}).items()},
+            int(data.get("env_state_dim", 0)),
+        )
 
     def check(self, batch: TransitionBatch) -> int:
         """Rows in `batch`; raises `SpecMismatch` naming the robot, the field, the shape
         or dtype it has and the one expected."""
         n = len(batch.ticks)
         where = f"transitions from robot {batch.robot_id!r} (episode {batch.episode_id})"
-        expected = {"ticks": ((n,), None), "state": ((n, self.state_dim), None),
-                    "action": ((n, self.action_dim), None), "policy_action": ((n, self.action_dim), None),
-                    "reward": ((n,), None), "intervention": ((n,), np.bool_), "version": ((n,), None),
-                    "delay_ticks": ((n,), None)}
+        expected = {
+            "ticks": ((n,), None),
+            "state": ((n, self.state_dim), None),
+            "action": ((n, self.action_dim), None),
+            "policy_action": ((n, self.action_dim), None),
+            "reward": ((n,), None),
+            "intervention": ((n,), np.bool_),
+            "version": ((n,), None),
+            "delay_ticks": ((n,), None),
+        }
         for name, (shape, dtype) in expected.items():
             _check_array(where, name, getattr(batch, name), shape, dtype)
         if n == 0:

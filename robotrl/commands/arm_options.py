@@ -5,32 +5,67 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import tempfile
 from pathlib import Path
 
+from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
 from robotrl.inference.arm import ArmConfig
 from robotrl.inference.executor import MODES, ExecutorConfig
+from robotrl.learn.actor import ActorJob
 
 
 def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--robot", default="sim", help="sim (MuJoCo SO-101), so101 or so100 (real arm through lerobot)")
-    parser.add_argument("--task", default="reach", help="sim: task name (reach, pick_place); real arm: the instruction")
-    parser.add_argument("--scenario", default="shifted", help="sim: nominal or shifted physics (default: shifted)")
+    parser.add_argument(
+        "--robot",
+        default=field_default(ArmConfig, "robot"),
+        help="sim (MuJoCo SO-101), so101 or so100 (real arm through lerobot)",
+    )
+    parser.add_argument(
+        "--task",
+        default=field_default(ArmConfig, "task"),
+        help="sim: task name (reach, pick_place); real arm: the instruction",
+    )
+    parser.add_argument(
+        "--scenario",
+        default=field_default(ArmConfig, "scenario"),
+        help="sim: nominal or shifted physics (default: %(default)s)",
+    )
     parser.add_argument("--port", help="real arm: serial port of the follower")
-    parser.add_argument("--robot-id", default="follower",
-                        help="real arm: lerobot calibration id; also this robot's name for the server and learner")
-    parser.add_argument("--mode", default="vlash", help=f"execution mode: {', '.join(MODES)} (default: vlash)")
-    parser.add_argument("--episodes", type=int, default=3, help="episodes to run (default: 3)")
-    parser.add_argument("--seed", type=int, default=0, help="sim: seed of the first episode")
-    parser.add_argument("--max-seconds", type=float, default=20.0, help="longest episode in seconds")
+    parser.add_argument(
+        "--robot-id",
+        default=field_default(ArmConfig, "robot_id"),
+        help="real arm: lerobot calibration id; also this robot's name for the server and learner",
+    )
+    parser.add_argument(
+        "--mode",
+        default=field_default(ExecutorConfig, "mode"),
+        help=f"execution mode: {', '.join(MODES)} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=field_default(ActorJob, "episodes"),
+        help="episodes to run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=field_default(ActorJob, "seed"), help="sim: seed of the first episode"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=field_default(ActorJob, "max_seconds"), help="longest episode in seconds"
+    )
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", type=Path, help="checkpoint to serve locally (needed without --server)")
-    parser.add_argument("--server", help="endpoint of a running `robotrl serve`, e.g. tcp://gpu-box:5555; "
-                                         "without it a local server process is started on loopback")
-    parser.add_argument("--curve-keys", type=Path,
-                        help="folder with this robot's client.key_secret and the server's server.key (CURVE)")
+    parser.add_argument(
+        "--server",
+        help="endpoint of a running `robotrl serve`, e.g. tcp://gpu-box:5555; "
+        "without it a local server process is started on loopback",
+    )
+    parser.add_argument(
+        "--curve-keys", type=Path, help="folder with this robot's client.key_secret and the server's server.key (CURVE)"
+    )
 
 
 def arm_config(args: argparse.Namespace) -> ArmConfig:
@@ -52,10 +87,11 @@ def server_endpoint(args: argparse.Namespace) -> tuple[str, subprocess.Popen | N
         return args.server, None
     if args.policy is None:
         raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
-    proc, endpoint = start_local_server(args.policy)
-    try:
-        wait_for_server(endpoint, proc)
-    except BaseException:
-        proc.terminate()
-        raise
+    with tempfile.TemporaryDirectory(prefix="robotrl-serve-") as folder:  # read by the server at its start
+        proc, endpoint = start_local_server(args.policy, Path(folder))
+        try:
+            wait_for_server(endpoint, proc)
+        except BaseException:
+            proc.terminate()
+            raise
     return endpoint, proc

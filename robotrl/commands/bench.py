@@ -13,14 +13,14 @@ BENCHES = {
     "policy": "success rate (Wilson 95%) of a chunk policy checkpoint in stepped sim, synchronous chunk execution",
     "serve": "chunks/s one inference server delivers to 1, 4 and 8 robots (closed loop, loopback)",
     "latency": "sync / naive / vlash / vlash+rtc / ACT ensembling under injected inference delay (stepped sim): "
-               "success, speedup, reaction time, staleness, boundary jumps; report.md + plots",
+    "success, speedup, reaction time, staleness, boundary jumps; report.md + plots",
     "sim2sim": "scenario A -> A vs A -> B per perturbation (physics, sensing, latency, control jitter), stepped "
-               "and real time through the deploy path; report.md + plots",
+    "and real time through the deploy path; report.md + plots",
     "buffer": "online replay buffer vs lerobot's ReplayBuffer: transitions/s in (journal + commit), B=256 batches/s "
-              "out, bytes per transition in RAM and on disk, recovery time, transitions lost after kill -9 "
-              "(--episodes x 200 rows, 2 cameras 64x64)",
+    "out, bytes per transition in RAM and on disk, recovery time, transitions lost after kill -9 "
+    "(--episodes x 200 rows, 2 cameras 64x64)",
     "learner": "SAC updates/s (batch 256, utd 2, CPU, 1 thread) vs lerobot's SACAlgorithm on equal networks, "
-               "state-only and with one 64x64 camera",
+    "state-only and with one 64x64 camera",
 }
 
 
@@ -28,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="name", metavar="NAME", required=True)
     for name, (help_text, add) in _PARSERS.items():
         bench = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text.replace("%", "%%"))
-        bench.add_argument("--out", type=Path, default=Path("outputs/bench"),
-                           help="folder for results (default: outputs/bench)")
+        bench.add_argument(
+            "--out", type=Path, default=Path("outputs/bench"), help="folder for results (default: outputs/bench)"
+        )
         add(bench)
 
 
@@ -60,60 +61,88 @@ def _transport_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _task_arguments(parser: argparse.ArgumentParser, *, scenario: bool) -> None:
-    parser.add_argument("--task", choices=("reach", "pick_place"), default="reach",
-                        help="simulated task (default: reach)")
+    parser.add_argument(
+        "--task", choices=("reach", "pick_place"), default="reach", help="simulated task (default: reach)"
+    )
     parser.add_argument("--episodes", type=int, default=50, help="episodes (seeds) per cell (default: 50)")
     if scenario:
         parser.add_argument("--scenario", default="nominal", help="nominal or shifted physics (default: nominal)")
 
 
 def _policy_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", type=Path, required=True,
-                        help="checkpoint folder (robotrl train output or lerobot pretrained_model)")
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        required=True,
+        help="checkpoint folder (robotrl train output or lerobot pretrained_model)",
+    )
     _task_arguments(parser, scenario=True)
     parser.add_argument("--execute-steps", type=int, help="rows executed per chunk (default: the checkpoint's)")
     parser.add_argument("--slow-every", type=int, default=1, help="chunks per slow-latent refresh (default: 1)")
-    parser.add_argument("--rtc-prefix", action="store_true",
-                        help="pass the previous chunk's unexecuted rows as the RTC prefix")
+    parser.add_argument(
+        "--rtc-prefix", action="store_true", help="pass the previous chunk's unexecuted rows as the RTC prefix"
+    )
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", type=Path, required=True,
-                        help="checkpoint folder (robotrl train output or lerobot pretrained_model)")
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        required=True,
+        help="checkpoint folder (robotrl train output or lerobot pretrained_model)",
+    )
     _repeats(parser, "seconds per robot count")
 
 
 def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes: str, delays: str) -> None:
     """The options `bench latency` and `bench sim2sim` share."""
-    parser.add_argument("--policy", type=Path,
-                        help="checkpoint folder (default: the task's scripted expert)")
+    parser.add_argument("--policy", type=Path, help="checkpoint folder (default: the task's scripted expert)")
     _task_arguments(parser, scenario=scenario)
-    parser.add_argument("--execute-steps", type=int,
-                        help="s, rows per chunk in sync mode and the time model (default: 15, 0.5 s at 30 Hz)")
+    parser.add_argument(
+        "--execute-steps",
+        type=int,
+        help="s, rows per chunk in sync mode and the time model (default: 15, 0.5 s at 30 Hz)",
+    )
     parser.add_argument("--delays", help=delays)
-    parser.add_argument("--modes", help=f"comma-separated modes of sync, naive, vlash, vlash+rtc, ensemble "
-                                        f"(default: {modes})")
+    parser.add_argument(
+        "--modes", help=f"comma-separated modes of sync, naive, vlash, vlash+rtc, ensemble (default: {modes})"
+    )
     parser.add_argument("--horizon", type=int, default=16, help="H of the scripted expert (default: 16)")
-    parser.add_argument("--threshold", type=float, default=1.0,
-                        help="async modes request at queued/H <= threshold (default: 1, re-plan as soon as the "
-                             "previous chunk is in)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=1.0,
+        help="async modes request at queued/H <= threshold (default: 1, re-plan as soon as the previous chunk is in)",
+    )
     parser.add_argument("--seed0", type=int, help="first seed (default: 100000, never a training seed)")
     parser.add_argument("--ray", action="store_true", help="run stepped episodes as Ray tasks")
     parser.add_argument("--ray-address", help="Ray cluster address (default: a local Ray instance)")
 
 
 def _latency_arguments(parser: argparse.ArgumentParser) -> None:
-    _stepped_arguments(parser, scenario=True, modes="all",
-                       delays="injected delays in ticks, N or LOW-HIGH (uniform) (default: 0,1,2,4,8)")
+    _stepped_arguments(
+        parser,
+        scenario=True,
+        modes="all",
+        delays="injected delays in ticks, N or LOW-HIGH (uniform) (default: 0,1,2,4,8)",
+    )
     parser.add_argument("--jitter", action="store_true", help="add the jittered delay d ~ U{2..6}")
 
 
 def _sim2sim_arguments(parser: argparse.ArgumentParser) -> None:
     _stepped_arguments(parser, scenario=False, modes="sync,vlash", delays="scenario A's delay in ticks (default: 2)")
-    parser.add_argument("--control-jitter", type=float, default=0.5,
-                        help="real-time control-rate jitter, fraction of a period (default: 0.5)")
-    parser.add_argument("--realtime-episodes", type=int, default=1,
-                        help="real-time episodes per variant and mode (default: 1; 0 skips them)")
+    parser.add_argument(
+        "--control-jitter",
+        type=float,
+        default=0.5,
+        help="real-time control-rate jitter, fraction of a period (default: 0.5)",
+    )
+    parser.add_argument(
+        "--realtime-episodes",
+        type=int,
+        default=1,
+        help="real-time episodes per variant and mode (default: 1; 0 skips them)",
+    )
 
 
 def _buffer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,16 +181,29 @@ def _bench_transport(args: argparse.Namespace) -> dict:
     from robotrl.report.table import format_table
 
     results = transport.run(repeats=args.repeats, progress=lambda what: print(f"measuring {what} ...", flush=True))
-    columns = ("transport", "images", "model_ms", "bytes_per_request", "client_encode_p50_ms",
-               "network_server_p50_ms", "server_decode_p50_ms", "client_decode_p50_ms", "overhead_p50_ms",
-               "overhead_p95_ms", "overhead_p99_ms", "round_trip_p50_ms", "round_trip_p99_ms")
+    columns = (
+        "transport",
+        "images",
+        "model_ms",
+        "bytes_per_request",
+        "client_encode_p50_ms",
+        "network_server_p50_ms",
+        "server_decode_p50_ms",
+        "client_decode_p50_ms",
+        "overhead_p50_ms",
+        "overhead_p95_ms",
+        "overhead_p99_ms",
+        "round_trip_p50_ms",
+        "round_trip_p99_ms",
+    )
     print(format_table(columns, [tuple(row.get(c, "-") for c in columns) for row in results["rows"]]))
     print(f"lerobot baseline: {results['lerobot_baseline']}")
     for key, ratio in results.items():
         if key.startswith("lerobot_over_robotrl"):
             print(f"{key}: {ratio:.1f}x")
-    worst = max(r["overhead_p99_ms"] for r in results["rows"] if r["transport"].startswith("robotrl")
-                and r["images"] == "raw")
+    worst = max(
+        r["overhead_p99_ms"] for r in results["rows"] if r["transport"].startswith("robotrl") and r["images"] == "raw"
+    )
     ok = worst <= results["target_p99_overhead_ms"]
     print(f"target (p99 transport overhead <= 1 ms raw): {'met' if ok else 'MISSED'} ({worst:.3f} ms)")
     return results
@@ -169,8 +211,8 @@ def _bench_transport(args: argparse.Namespace) -> dict:
 
 def _bench_policy(args: argparse.Namespace) -> dict:
     from robotrl.bench import policy as policy_bench
-    from robotrl.inference.evaluation import evaluate
     from robotrl.core.errors import UserError
+    from robotrl.inference.evaluation import evaluate
     from robotrl.policies.loading import load_policy
     from robotrl.report.table import format_table
 
@@ -179,8 +221,15 @@ def _bench_policy(args: argparse.Namespace) -> dict:
     import torch
 
     torch.set_num_threads(1)  # small models: a second OpenMP thread only helps on an idle machine
-    results = evaluate(load_policy(args.policy), args.task, args.episodes, scenario=args.scenario,
-                       execute_steps=args.execute_steps, slow_every=args.slow_every, rtc_prefix=args.rtc_prefix)
+    results = evaluate(
+        load_policy(args.policy),
+        args.task,
+        args.episodes,
+        scenario=args.scenario,
+        execute_steps=args.execute_steps,
+        slow_every=args.slow_every,
+        rtc_prefix=args.rtc_prefix,
+    )
     results["checkpoint"] = str(args.policy)
     print(format_table(("metric", "value"), policy_bench.summary_rows(results)))
     return results
@@ -188,7 +237,6 @@ def _bench_policy(args: argparse.Namespace) -> dict:
 
 def _bench_serve(args: argparse.Namespace) -> dict:
     from robotrl.bench import serve
-    from robotrl.core.errors import UserError
     from robotrl.policies.loading import load_policy
     from robotrl.report.table import format_table
 
@@ -205,9 +253,17 @@ def _bench_latency(args: argparse.Namespace) -> dict:
     from robotrl.report.table import format_table
 
     delays = _delays(args.delays or latency.DELAYS) + ([latency.JITTER] if args.jitter else [])
-    results = latency.run(_setup(args), delays=delays, modes=_modes(args, latency.MODES), episodes=args.episodes,
-                          seed0=_seed0(args), out_dir=args.out / "latency", scenario=args.scenario, use_ray=args.ray,
-                          ray_address=args.ray_address)
+    results = latency.run(
+        _setup(args),
+        delays=delays,
+        modes=_modes(args, latency.MODES),
+        episodes=args.episodes,
+        seed0=_seed0(args),
+        out_dir=args.out / "latency",
+        scenario=args.scenario,
+        use_ray=args.ray,
+        ray_address=args.ray_address,
+    )
     print(format_table(MAIN_COLUMNS, [row_cells(r) for r in results["rows"]]))
     for t in results["targets"]:
         print(f"target ({t['target']}): {latency.met_text(t['met'])} ({t['value']})")
@@ -223,10 +279,19 @@ def _bench_sim2sim(args: argparse.Namespace) -> dict:
     delay_a = _delays(args.delays or "2")
     if len(delay_a) != 1 or args.realtime_episodes < 0 or not 0 <= args.control_jitter < 1:
         raise UserError("sim2sim needs one --delays value, --realtime-episodes >= 0, 0 <= --control-jitter < 1")
-    results = sim2sim.run(_setup(args), modes=_modes(args, ("sync", "vlash")), delay_a=delay_a[0],
-                          latency_b=latency.JITTER, jitter=args.control_jitter, episodes=args.episodes,
-                          realtime_episodes=args.realtime_episodes, seed0=_seed0(args),
-                          out_dir=args.out / "sim2sim", use_ray=args.ray, ray_address=args.ray_address)
+    results = sim2sim.run(
+        _setup(args),
+        modes=_modes(args, ("sync", "vlash")),
+        delay_a=delay_a[0],
+        latency_b=latency.JITTER,
+        jitter=args.control_jitter,
+        episodes=args.episodes,
+        realtime_episodes=args.realtime_episodes,
+        seed0=_seed0(args),
+        out_dir=args.out / "sim2sim",
+        use_ray=args.ray,
+        ray_address=args.ray_address,
+    )
     print(format_table(sim2sim.COLUMNS, [r["cells"] for r in results["rows"]]))
     print(f"{results['wall_s']:.0f} s; report: {args.out / 'sim2sim' / 'report.md'}")
     return results
@@ -248,8 +313,13 @@ def _setup(args: argparse.Namespace):
         raise UserError("--threshold must be in [0, 1]")
     if args.policy is not None and not args.policy.exists():
         raise UserError(f"policy checkpoint {args.policy} does not exist")
-    return BenchSetup(task=args.task, checkpoint=None if args.policy is None else str(args.policy.resolve()),
-                      horizon=args.horizon, execute_horizon=args.execute_steps or 15, threshold=args.threshold)
+    return BenchSetup(
+        task=args.task,
+        checkpoint=None if args.policy is None else str(args.policy.resolve()),
+        horizon=args.horizon,
+        execute_horizon=args.execute_steps or 15,
+        threshold=args.threshold,
+    )
 
 
 def _delays(text: str) -> list:
@@ -269,8 +339,9 @@ def _modes(args: argparse.Namespace, default: tuple[str, ...]) -> list[str]:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else list(default)
     unknown = [m for m in modes if m not in STEPPED_MODES]
     if unknown or not modes:
-        raise UserError(f"--modes: unknown {', '.join(unknown) or '(none given)'}; choose from "
-                        f"{', '.join(STEPPED_MODES)}")
+        raise UserError(
+            f"--modes: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(STEPPED_MODES)}"
+        )
     return modes
 
 
@@ -285,10 +356,20 @@ def _bench_buffer(args: argparse.Namespace) -> dict:
     from robotrl.report.table import format_table
 
     results = buffer.run(episodes=args.episodes)
-    columns = ("buffer", "add_transitions_per_s", "sample_batches_per_s", "sample_chunk_batches_per_s",
-               "ram_bytes_per_transition", "disk_bytes_per_transition", "recovery_s")
-    print(format_table(columns, [tuple("-" if row.get(c) is None else row[c] for c in columns)
-                                 for row in results["rows"]]))
+    columns = (
+        "buffer",
+        "add_transitions_per_s",
+        "sample_batches_per_s",
+        "sample_chunk_batches_per_s",
+        "ram_bytes_per_transition",
+        "disk_bytes_per_transition",
+        "recovery_s",
+    )
+    print(
+        format_table(
+            columns, [tuple("-" if row.get(c) is None else row[c] for c in columns) for row in results["rows"]]
+        )
+    )
     print(format_table(("kill -9 of a writer", "value"), [(k, v) for k, v in results.items() if k.startswith("kill9")]))
     return results
 
@@ -304,13 +385,26 @@ def _bench_learner(args: argparse.Namespace) -> dict:
     return results
 
 
-_PARSERS = {"sim": (BENCHES["sim"], _sim_arguments), "record": (BENCHES["record"], _record_arguments),
-            "transport": (BENCHES["transport"], _transport_arguments),
-            "policy": (BENCHES["policy"], _policy_arguments), "serve": (BENCHES["serve"], _serve_arguments),
-            "latency": (BENCHES["latency"], _latency_arguments), "sim2sim": (BENCHES["sim2sim"], _sim2sim_arguments),
-            "buffer": (BENCHES["buffer"], _buffer_arguments), "learner": (BENCHES["learner"], _no_arguments)}
+_PARSERS = {
+    "sim": (BENCHES["sim"], _sim_arguments),
+    "record": (BENCHES["record"], _record_arguments),
+    "transport": (BENCHES["transport"], _transport_arguments),
+    "policy": (BENCHES["policy"], _policy_arguments),
+    "serve": (BENCHES["serve"], _serve_arguments),
+    "latency": (BENCHES["latency"], _latency_arguments),
+    "sim2sim": (BENCHES["sim2sim"], _sim2sim_arguments),
+    "buffer": (BENCHES["buffer"], _buffer_arguments),
+    "learner": (BENCHES["learner"], _no_arguments),
+}
 
-_BENCH_RUNNERS = {"sim": _bench_sim, "record": _bench_record, "transport": _bench_transport,
-                  "policy": _bench_policy, "serve": _bench_serve, "latency": _bench_latency,
-                  "sim2sim": _bench_sim2sim, "buffer": _bench_buffer,
-                  "learner": _bench_learner}
+_BENCH_RUNNERS = {
+    "sim": _bench_sim,
+    "record": _bench_record,
+    "transport": _bench_transport,
+    "policy": _bench_policy,
+    "serve": _bench_serve,
+    "latency": _bench_latency,
+    "sim2sim": _bench_sim2sim,
+    "buffer": _bench_buffer,
+    "learner": _bench_learner,
+}

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import argparse
 
-from robotrl.commands.arm_options import (add_arm_arguments, add_server_arguments, arm_config, executor_config,
-                                          server_endpoint)
+from robotrl.commands.arm_options import (
+    add_arm_arguments,
+    add_server_arguments,
+    arm_config,
+    executor_config,
+    server_endpoint,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +45,7 @@ def _episodes(args: argparse.Namespace, arm, config, endpoint: str) -> list:
         opened = open_arm(arm, info)
         try:
             executor = remote_executor(opened.robot, client, info, config, robot_id=arm.name)
-            runner = EpisodeRunner(opened.robot, opened.task, executor, opened.clock,
-                                   observers=[StatusLine(executor)])
+            runner = EpisodeRunner(opened.robot, opened.task, executor, opened.clock, observers=[StatusLine(executor)])
             max_ticks = int(args.max_seconds * opened.robot.spec.control_rate_hz)
             episodes = []
             for i in range(args.episodes):
@@ -56,8 +60,18 @@ def _report(episodes: list) -> None:
     from robotrl.inference.runner import delay_summary
     from robotrl.report.table import format_table
 
-    rows = [(e.seed, "yes" if e.success else "no", e.ticks, e.missed_ticks, e.pauses, e.step_clamps,
-             ",".join(map(str, e.versions))) for e in episodes]
+    rows = [
+        (
+            e.seed,
+            "yes" if e.success else "no",
+            e.ticks,
+            e.missed_ticks,
+            e.pauses,
+            e.step_clamps,
+            ",".join(map(str, e.versions)),
+        )
+        for e in episodes
+    ]
     print(format_table(("seed", "success", "ticks", "missed ticks", "pauses", "step clamps", "versions"), rows))
     delays = delay_summary(episodes)
     if delays:

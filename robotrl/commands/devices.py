@@ -23,17 +23,30 @@ def _non_negative(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON instead of tables (keys robots, serial_ports, cameras, gpus, "
-                             "cpus; fleet with --fleet)")
-    parser.add_argument("--fleet", type=Path, metavar="FILE",
-                        help="fleet file (TOML, see examples/fleet.toml) to validate and show with its roles")
-    parser.add_argument("--check", action="store_true",
-                        help="with --fleet: exit 2 if a declared serial port or camera device "
-                             "is missing on this machine")
-    parser.add_argument("--max-cameras", type=_non_negative, default=4, metavar="N",
-                        help=f"probe at most N video devices, {CAMERA_BUDGET_S:g} s each at most "
-                             "(0 skips cameras; default: %(default)s)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of tables (keys robots, serial_ports, cameras, gpus, cpus; fleet with --fleet)",
+    )
+    parser.add_argument(
+        "--fleet",
+        type=Path,
+        metavar="FILE",
+        help="fleet file (TOML, see examples/fleet.toml) to validate and show with its roles",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --fleet: exit 2 if a declared serial port or camera device is missing on this machine",
+    )
+    parser.add_argument(
+        "--max-cameras",
+        type=_non_negative,
+        default=4,
+        metavar="N",
+        help=f"probe at most N video devices, {CAMERA_BUDGET_S:g} s each at most "
+        "(0 skips cameras; default: %(default)s)",
+    )
 
 
 def _table(title: str, headers: tuple[str, ...], rows: list[tuple]) -> str:
@@ -52,37 +65,70 @@ def _mib(value: int | None) -> str:
 
 def format_discovery(found: Discovery) -> str:
     """Readable tables of everything `discover` found."""
-    return "\n\n".join([
-        _table("serial ports", ("device", "motor bus", "vid:pid", "description", "by-id"),
-               [(p.device, "likely" if p.likely_motor_bus else "no", p.vid_pid or "-", p.description or "-",
-                 p.by_id or "-") for p in found.serial_ports]),
-        _table("cameras", ("index", "path", "size", "fps"),
-               [(c.index, c.path or "-", f"{c.width_px}x{c.height_px}", f"{c.fps:g}")
-                for c in found.cameras]),
-        _table("sim robots", ("name", "joints", "driver"),
-               [(r.name, r.num_joints, r.driver) for r in found.robots]),
-        _table("GPUs", ("index", "name", "memory"),
-               [(g.index, g.name, _mib(g.memory_mib)) for g in found.gpus]),
-        _table("CPUs", ("model", "cores", "usable", "memory"),
-               [(c.model, c.logical_cores, c.usable_cores, _mib(c.memory_mib)) for c in found.cpus]),
-    ])
+    return "\n\n".join(
+        [
+            _table(
+                "serial ports",
+                ("device", "motor bus", "vid:pid", "description", "by-id"),
+                [
+                    (
+                        p.device,
+                        "likely" if p.likely_motor_bus else "no",
+                        p.vid_pid or "-",
+                        p.description or "-",
+                        p.by_id or "-",
+                    )
+                    for p in found.serial_ports
+                ],
+            ),
+            _table(
+                "cameras",
+                ("index", "path", "size", "fps"),
+                [(c.index, c.path or "-", f"{c.width_px}x{c.height_px}", f"{c.fps:g}") for c in found.cameras],
+            ),
+            _table(
+                "sim robots", ("name", "joints", "driver"), [(r.name, r.num_joints, r.driver) for r in found.robots]
+            ),
+            _table("GPUs", ("index", "name", "memory"), [(g.index, g.name, _mib(g.memory_mib)) for g in found.gpus]),
+            _table(
+                "CPUs",
+                ("model", "cores", "usable", "memory"),
+                [(c.model, c.logical_cores, c.usable_cores, _mib(c.memory_mib)) for c in found.cpus],
+            ),
+        ]
+    )
 
 
 def format_fleet(fleet: Fleet) -> str:
     """Readable tables of a fleet's entries and which entries serve each role."""
-    return "\n\n".join([
-        f"fleet {fleet.source}",
-        _table("robots", ("name", "model", "driver", "port", "id", "roles"),
-               [(r.name, r.model, r.driver, r.port or "-", r.calibration_id or "-", ", ".join(r.roles))
-                for r in fleet.robots]),
-        _table("cameras", ("name", "device", "size", "fps", "robot"),
-               [(c.name, c.device, f"{c.width_px}x{c.height_px}", c.fps, c.robot or "-")
-                for c in fleet.cameras]),
-        _table("gpus", ("name", "host", "index", "roles"),
-               [(g.name, g.host, g.index, ", ".join(g.roles)) for g in fleet.gpus]),
-        _table("roles", ("role", "served by"),
-               [(role, ", ".join(names) or "nobody") for role, names in fleet.assignments().items()]),
-    ])
+    return "\n\n".join(
+        [
+            f"fleet {fleet.source}",
+            _table(
+                "robots",
+                ("name", "model", "driver", "port", "id", "roles"),
+                [
+                    (r.name, r.model, r.driver, r.port or "-", r.calibration_id or "-", ", ".join(r.roles))
+                    for r in fleet.robots
+                ],
+            ),
+            _table(
+                "cameras",
+                ("name", "device", "size", "fps", "robot"),
+                [(c.name, c.device, f"{c.width_px}x{c.height_px}", c.fps, c.robot or "-") for c in fleet.cameras],
+            ),
+            _table(
+                "gpus",
+                ("name", "host", "index", "roles"),
+                [(g.name, g.host, g.index, ", ".join(g.roles)) for g in fleet.gpus],
+            ),
+            _table(
+                "roles",
+                ("role", "served by"),
+                [(role, ", ".join(names) or "nobody") for role, names in fleet.assignments().items()],
+            ),
+        ]
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,15 +23,24 @@ from robotrl.learn.actor import ACTOR_SEED_STRIDE, ActorJob
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arm_arguments(parser)
-    parser.add_argument("--out", type=Path, default=Path("outputs/learn"),
-                        help="run folder: buffer/, learner/, actor logs, curves.png (default: outputs/learn)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("outputs/learn"),
+        help="run folder: buffer/, learner/, actor logs, curves.png (default: outputs/learn)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--actors", type=int, default=1, help="simulated arms in parallel (default: 1)")
-    parser.add_argument("--stepped-delay", type=int, metavar="D",
-                        help="a simulated clock, each chunk taken in exactly D ticks after its request "
-                             "(faster than real time, reproducible); default: 30 Hz wall clock")
-    parser.add_argument("--baseline-csv", type=Path,
-                        help="actors.csv of a run without learning, drawn next to the curve")
+    parser.add_argument(
+        "--stepped-delay",
+        type=int,
+        metavar="D",
+        help="a simulated clock, each chunk taken in exactly D ticks after its request "
+        "(faster than real time, reproducible); default: 30 Hz wall clock",
+    )
+    parser.add_argument(
+        "--baseline-csv", type=Path, help="actors.csv of a run without learning, drawn next to the curve"
+    )
     add_intervention_arguments(parser)
     add_learning_arguments(parser)
 
@@ -45,8 +54,17 @@ def run(args: argparse.Namespace) -> int:
     transitions = f"tcp://{launch.LOCAL}:{launch.free_port()}"
     weights = f"tcp://{launch.LOCAL}:{launch.free_port_pair()}"
     endpoint = f"tcp://{launch.LOCAL}:{launch.free_port()}"
-    actor = ActorJob(arm_config(args), endpoint, transitions, executor_config(args), intervention_config(args),
-                     args.episodes, args.seed, args.max_seconds, args.stepped_delay)
+    actor = ActorJob(
+        arm_config(args),
+        endpoint,
+        transitions,
+        executor_config(args),
+        intervention_config(args),
+        args.episodes,
+        args.seed,
+        args.max_seconds,
+        args.stepped_delay,
+    )
     procs: list[subprocess.Popen] = []
     try:
         _start_learner_and_server(args, out, transitions, weights, endpoint, procs)
@@ -62,8 +80,10 @@ def _check(args: argparse.Namespace) -> Path:
     if args.policy is None or not args.policy.exists():
         raise UserError("robotrl learn needs --policy CKPT: the policy to start from")
     if args.robot != "sim":
-        raise UserError("robotrl learn runs simulated arms; on a real arm run `robotrl learner`, `robotrl serve "
-                        "--weights-from` and `robotrl actor --transitions` (see the README)")
+        raise UserError(
+            "robotrl learn runs simulated arms; on a real arm run `robotrl learner`, `robotrl serve "
+            "--weights-from` and `robotrl actor --transitions` (see the README)"
+        )
     if args.actors < 1:
         raise UserError("--actors must be >= 1")
     out = args.out
@@ -73,19 +93,25 @@ def _check(args: argparse.Namespace) -> Path:
     return out
 
 
-def _start_learner_and_server(args: argparse.Namespace, out: Path, transitions: str, weights: str, endpoint: str,
-                              procs: list[subprocess.Popen]) -> None:
+def _start_learner_and_server(
+    args: argparse.Namespace, out: Path, transitions: str, weights: str, endpoint: str, procs: list[subprocess.Popen]
+) -> None:
     from robotrl.core.config import save_config
+    from robotrl.inference.server import ServeJob, ServerConfig
     from robotrl.learn import launch
 
     job = learner_job(args, out=out / "learner", buffer=out / "buffer", transitions=transitions, weights=weights)
     with open(out / "learner.log", "a") as log:
-        procs.append(subprocess.Popen(launch.learner_command(save_config(job, out / "learner.json")),
-                                      stdout=log, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                launch.learner_command(save_config(job, out / "learner.json")), stdout=log, stderr=subprocess.STDOUT
+            )
+        )
     served = out / "learner" / "served"
     (served / "config.json").unlink(missing_ok=True)  # resumed: wait for the learner's fresh one
     launch.wait_for(served / "config.json", procs[0], "learner", out / "learner.log")
-    procs.append(subprocess.Popen(launch.serve_command(served, endpoint, weights), stdout=subprocess.DEVNULL))
+    serve = ServeJob(served, ServerConfig(endpoint=endpoint, weights_from=weights))
+    procs.append(launch.start_server(serve, out / "server.json", log=out / "server.log"))
     launch.wait_for_server(endpoint, procs[1])
     print(f"learner ({args.algo}) -> {out / 'learner'}; server {endpoint} takes its weights", flush=True)
 
@@ -96,10 +122,20 @@ def _run_actors(actor: ActorJob, actors: int, out: Path, start: float, procs: li
     from robotrl.learn import launch
     from robotrl.learn.actor import run_actor
 
-    jobs = [replace(actor, arm=replace(actor.arm, robot_id=f"actor{k}"), seed=actor.seed + ACTOR_SEED_STRIDE * k,
-                    log=out / f"actor{k}.csv") for k in range(actors)]
-    children = [subprocess.Popen(launch.actor_command(save_config(job, out / f"actor{k}.json")))
-                for k, job in enumerate(jobs) if k > 0]
+    jobs = [
+        replace(
+            actor,
+            arm=replace(actor.arm, robot_id=f"actor{k}"),
+            seed=actor.seed + ACTOR_SEED_STRIDE * k,
+            log=out / f"actor{k}.csv",
+        )
+        for k in range(actors)
+    ]
+    children = [
+        subprocess.Popen(launch.actor_command(save_config(job, out / f"actor{k}.json")))
+        for k, job in enumerate(jobs)
+        if k > 0
+    ]
     procs += children
     run_actor(jobs[0], wall_start_s=start)
     for child in children:

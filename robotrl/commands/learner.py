@@ -13,29 +13,43 @@ import argparse
 import json
 from pathlib import Path
 
+from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
 from robotrl.learn.job import LearnerJob
 from robotrl.learn.learner import LearnerConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="a LearnerJob JSON file (written by `robotrl learn`); "
-                                                    "replaces every other option")
+    parser.add_argument(
+        "--config", type=Path, help="a LearnerJob JSON file (written by `robotrl learn`); replaces every other option"
+    )
     parser.add_argument("--buffer", type=Path, help="online buffer folder (episode log), created if new")
-    parser.add_argument("--out", type=Path, help="run folder: checkpoint/, served/ (a checkpoint `robotrl serve` "
-                                                 "loads: the final weights once the learner stops), spec.json, "
-                                                 "updates.csv, episodes.csv, curves.png")
-    parser.add_argument("--transitions", default="tcp://*:5560",
-                        help="endpoint the transitions PULL socket binds (default: tcp://*:5560)")
-    parser.add_argument("--weights", default="tcp://*:5561",
-                        help="weights PUB endpoint; the latest-weights socket binds port + 1 (default: tcp://*:5561)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="run folder: checkpoint/, served/ (a checkpoint `robotrl serve` "
+        "loads: the final weights once the learner stops), spec.json, "
+        "updates.csv, episodes.csv, curves.png",
+    )
+    parser.add_argument(
+        "--transitions",
+        default=field_default(LearnerConfig, "transitions_endpoint"),
+        help="endpoint the transitions PULL socket binds (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--weights",
+        default=field_default(LearnerJob, "weights"),
+        help="weights PUB endpoint; the latest-weights socket binds port + 1 (default: %(default)s)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out (checkpoint + buffer log)")
     add_learning_arguments(parser)
     spec = parser.add_argument_group("transition spec (what executors send; default: from --policy, else these)")
     spec.add_argument("--spec", type=Path, help="TransitionSpec JSON file (e.g. OUT/spec.json of another run)")
     spec.add_argument("--state-dim", type=int, default=6, help="joints in the state (default: 6)")
     spec.add_argument("--action-dim", type=int, default=6, help="joints per action row (default: 6)")
-    spec.add_argument("--cameras", default="front,wrist", help="comma-separated cameras, '' for none (default: front,wrist)")
+    spec.add_argument(
+        "--cameras", default="front,wrist", help="comma-separated cameras, '' for none (default: front,wrist)"
+    )
     spec.add_argument("--image-size", type=int, default=64, help="square training image size in pixels (default: 64)")
     spec.add_argument("--env-state-dim", type=int, default=0, help="privileged sim features per row (default: 0)")
 
@@ -43,46 +57,119 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_learning_arguments(parser: argparse.ArgumentParser) -> None:
     """The algorithm, buffer and loop options `robotrl learner` and `robotrl learn` share."""
     learn = parser.add_argument_group("learner")
-    learn.add_argument("--algo", default="hil-flow",
-                       help="sac (RLPD / HIL-SERL), hil-flow (weighted flow fine-tuning), dsrl (SAC over the noise); "
-                            "default: hil-flow")
-    learn.add_argument("--preset", default="default", help="algorithm preset (default: default)")
-    learn.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override one field of the preset (JSON value, e.g. --set batch_size=128); repeatable")
+    learn.add_argument(
+        "--algo",
+        default="hil-flow",
+        help="sac (RLPD / HIL-SERL), hil-flow (weighted flow fine-tuning), dsrl (SAC over the noise); "
+        "default: hil-flow",
+    )
+    learn.add_argument(
+        "--preset", default=field_default(LearnerJob, "preset"), help="algorithm preset (default: %(default)s)"
+    )
+    learn.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override one field of the preset (JSON value, e.g. --set batch_size=128); repeatable",
+    )
     learn.add_argument("--policy", type=Path, help="flow policy checkpoint (hil-flow, dsrl); also gives the spec")
-    learn.add_argument("--demo-dataset", type=Path, action="append", default=[],
-                       help="LeRobotDataset folder loaded as demo transitions (repeatable)")
-    learn.add_argument("--capacity", type=int, default=200_000, help="online transitions kept in RAM (default: 200000)")
-    learn.add_argument("--online-ratio", type=float, default=0.5,
-                       help="share of each batch from online rows, the rest demo + interventions (default: 0.5)")
+    learn.add_argument(
+        "--demo-dataset",
+        type=Path,
+        action="append",
+        default=[],
+        help="LeRobotDataset folder loaded as demo transitions (repeatable)",
+    )
+    learn.add_argument(
+        "--capacity",
+        type=int,
+        default=field_default(LearnerJob, "capacity"),
+        help="online transitions kept in RAM (default: %(default)s)",
+    )
+    learn.add_argument(
+        "--online-ratio",
+        type=float,
+        default=field_default(LearnerJob, "online_ratio"),
+        help="share of each batch from online rows, the rest demo + interventions (default: %(default)s)",
+    )
     learn.add_argument("--staleness-cap", type=int, help="never sample online rows more than this many versions old")
     learn.add_argument("--no-fsync", action="store_true", help="skip fsync in the buffer log (faster, not crash-safe)")
-    learn.add_argument("--min-transitions", type=int, default=500,
-                       help="samplable transitions before updating (default: 500)")
-    learn.add_argument("--publish-every", type=int, default=20, help="updates between weight versions (default: 20)")
-    learn.add_argument("--checkpoint-every", type=int, default=200, help="updates between checkpoints (default: 200)")
-    learn.add_argument("--log-every", type=int, default=20, help="updates between updates.csv rows (default: 20)")
+    learn.add_argument(
+        "--min-transitions",
+        type=int,
+        default=field_default(LearnerConfig, "min_transitions"),
+        help="samplable transitions before updating (default: %(default)s)",
+    )
+    learn.add_argument(
+        "--publish-every",
+        type=int,
+        default=field_default(LearnerConfig, "publish_every"),
+        help="updates between weight versions (default: %(default)s)",
+    )
+    learn.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=field_default(LearnerConfig, "checkpoint_every"),
+        help="updates between checkpoints (default: %(default)s)",
+    )
+    learn.add_argument(
+        "--log-every",
+        type=int,
+        default=field_default(LearnerConfig, "log_every"),
+        help="updates between updates.csv rows (default: %(default)s)",
+    )
     learn.add_argument("--max-updates", type=int, help="stop after this many updates in total (default: until stopped)")
     learn.add_argument("--minutes", type=float, help="stop after this many minutes of this session")
-    learn.add_argument("--learner-seed", type=int, default=0, help="the learner's seed (default: 0)")
-    learn.add_argument("--threads", type=int, default=1, help="torch CPU threads of the learner (default: 1)")
+    learn.add_argument(
+        "--learner-seed",
+        type=int,
+        default=field_default(LearnerConfig, "seed"),
+        help="the learner's seed (default: %(default)s)",
+    )
+    learn.add_argument(
+        "--threads",
+        type=int,
+        default=field_default(LearnerJob, "threads"),
+        help="torch CPU threads of the learner (default: %(default)s)",
+    )
 
 
-def learner_job(args: argparse.Namespace, *, out: Path, buffer: Path, transitions: str, weights: str,
-                spec=None) -> LearnerJob:
+def learner_job(
+    args: argparse.Namespace, *, out: Path, buffer: Path, transitions: str, weights: str, spec=None
+) -> LearnerJob:
     """The `LearnerJob` of the options of `add_learning_arguments`."""
     try:
-        loop = LearnerConfig(out=out, transitions_endpoint=transitions, min_transitions=args.min_transitions,
-                             publish_every=args.publish_every, checkpoint_every=args.checkpoint_every,
-                             log_every=args.log_every, max_updates=args.max_updates,
-                             max_wall_s=args.minutes * 60 if args.minutes is not None else None,
-                             seed=args.learner_seed)
+        loop = LearnerConfig(
+            out=out,
+            transitions_endpoint=transitions,
+            min_transitions=args.min_transitions,
+            publish_every=args.publish_every,
+            checkpoint_every=args.checkpoint_every,
+            log_every=args.log_every,
+            max_updates=args.max_updates,
+            max_wall_s=args.minutes * 60 if args.minutes is not None else None,
+            seed=args.learner_seed,
+        )
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    return LearnerJob(algo=args.algo, buffer=buffer, loop=loop, preset=args.preset, overrides=parse_overrides(args.set),
-                      policy=args.policy, demo_datasets=tuple(args.demo_dataset), weights=weights,
-                      resume=args.resume, spec=spec, capacity=args.capacity, online_ratio=args.online_ratio,
-                      staleness_cap=args.staleness_cap, fsync=not args.no_fsync, threads=args.threads)
+    return LearnerJob(
+        algo=args.algo,
+        buffer=buffer,
+        loop=loop,
+        preset=args.preset,
+        overrides=parse_overrides(args.set),
+        policy=args.policy,
+        demo_datasets=tuple(args.demo_dataset),
+        weights=weights,
+        resume=args.resume,
+        spec=spec,
+        capacity=args.capacity,
+        online_ratio=args.online_ratio,
+        staleness_cap=args.staleness_cap,
+        fsync=not args.no_fsync,
+        threads=args.threads,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,8 +181,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.buffer is None or args.out is None:
             raise UserError("give --buffer and --out (or --config FILE)")
-        job = learner_job(args, out=args.out, buffer=args.buffer, transitions=args.transitions,
-                          weights=args.weights, spec=_flag_spec(args))
+        job = learner_job(
+            args,
+            out=args.out,
+            buffer=args.buffer,
+            transitions=args.transitions,
+            weights=args.weights,
+            spec=_flag_spec(args),
+        )
     run_learner(job)
     return 0
 
@@ -113,8 +206,9 @@ def _flag_spec(args: argparse.Namespace):
     if args.policy is not None or (args.resume and (args.out / "spec.json").is_file()):
         return None
     cameras = [c for c in args.cameras.split(",") if c]
-    return TransitionSpec(args.state_dim, args.action_dim, {c: (args.image_size, args.image_size) for c in cameras},
-                          args.env_state_dim)
+    return TransitionSpec(
+        args.state_dim, args.action_dim, {c: (args.image_size, args.image_size) for c in cameras}, args.env_state_dim
+    )
 
 
 def parse_overrides(items: list[str]) -> dict:

@@ -5,17 +5,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
-
-from robotrl.record.teleop import TELEOPS, add_device_arguments, make_teleop, teleop_config
+from robotrl.record.run import RecordConfig
+from robotrl.record.teleop import TELEOPS, TeleopConfig, make_teleop
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robot", default="sim", help="sim (MuJoCo SO-101), so101 or so100 (real arm through lerobot)")
-    parser.add_argument("--task", default="pick_place",
-                        help="sim: task name (reach, pick_place); real arm: the instruction stored with every frame")
+    parser.add_argument(
+        "--task",
+        default="pick_place",
+        help="sim: task name (reach, pick_place); real arm: the instruction stored with every frame",
+    )
     parser.add_argument("--teleop", default="expert", help=f"teleop device: {', '.join(TELEOPS)} (expert: sim only)")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes to save (default: 10)")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=field_default(RecordConfig, "episodes"),
+        help="episodes to save (default: %(default)s)",
+    )
     parser.add_argument("--root", type=Path, required=True, help="dataset folder (must not exist unless --resume)")
     parser.add_argument("--resume", action="store_true", help="append to the dataset at --root")
     parser.add_argument("--fps", type=int, default=30, help="control and recording rate in Hz (default: 30)")
@@ -24,28 +33,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--realtime", action="store_true", help="sim: pace on the wall clock (real arms always are)")
     parser.add_argument("--image-size", type=int, default=224, help="sim: camera height and width in pixels")
     parser.add_argument("--noise", type=float, default=0.003, help="expert: std of end-effector noise per tick, metres")
-    parser.add_argument("--perturb", type=float, default=0.0, metavar="STD_RAD",
-                        help="DART: add a slowly varying offset (this std, radians) to every arm joint's target; "
-                             "action.teleop keeps the clean target (default: 0 = off)")
-    parser.add_argument("--perturb-ticks", type=float, default=10.0,
-                        help="correlation time of the --perturb offset in ticks (default: 10)")
-    parser.add_argument("--cameras", default="front,wrist",
-                        help="sim: comma-separated cameras to record, '' for none (default: front,wrist)")
-    parser.add_argument("--max-seconds", type=float, default=20.0, help="longest episode in seconds (sim tasks end earlier)")
+    parser.add_argument(
+        "--perturb",
+        type=float,
+        default=0.0,
+        metavar="STD_RAD",
+        help="DART: add a slowly varying offset (this std, radians) to every arm joint's target; "
+        "action.teleop keeps the clean target (default: 0 = off)",
+    )
+    parser.add_argument(
+        "--perturb-ticks",
+        type=float,
+        default=10.0,
+        help="correlation time of the --perturb offset in ticks (default: 10)",
+    )
+    parser.add_argument(
+        "--cameras",
+        default="front,wrist",
+        help="sim: comma-separated cameras to record, '' for none (default: front,wrist)",
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=20.0, help="longest episode in seconds (sim tasks end earlier)"
+    )
     parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
     parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
     add_device_arguments(parser)
 
 
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the leader and replay devices."""
+    parser.add_argument("--leader-port", help="leader teleop: serial port of the leader arm")
+    parser.add_argument("--leader-id", default="leader", help="leader teleop: lerobot calibration id")
+    parser.add_argument("--replay-root", type=Path, help="replay teleop: dataset whose actions are replayed")
+    parser.add_argument("--replay-episode", type=int, default=0, help="replay teleop: episode index")
+
+
+def teleop_config(name: str, args: argparse.Namespace) -> TeleopConfig:
+    """The `TeleopConfig` of device `name` from the options of `add_device_arguments`."""
+    return TeleopConfig(
+        name,
+        args.leader_port,
+        args.leader_id,
+        args.replay_root,
+        args.replay_episode,
+        float(getattr(args, "noise", 0.0) or 0.0),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from robotrl.record.features import dataset_features
-    from robotrl.record.run import record_dataset
-    from robotrl.record.writer import DatasetWriter
-    from robotrl.report.table import format_table
-
     if args.teleop not in TELEOPS:
         raise UserError(f"unknown teleop device {args.teleop!r}; choose from {', '.join(TELEOPS)}")
     if args.episodes < 1:
@@ -53,39 +89,71 @@ def run(args: argparse.Namespace) -> int:
     if args.perturb < 0 or args.perturb_ticks <= 0:
         raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
     session = _make_session(args)
+    try:
+        summary, before, after = _record(args, session)
+    finally:
+        session.close()
+    _report(args, summary, before, after)
+    return 0
+
+
+def _record(args: argparse.Namespace, session) -> tuple:
+    """Record the episodes; (summary, episodes before, episodes after)."""
+    from tqdm import tqdm
+
+    from robotrl.record.features import dataset_features
+    from robotrl.record.run import RecordConfig, record_dataset
+    from robotrl.record.writer import DatasetWriter
+
     disturbance = None
     if args.perturb > 0:
         from robotrl.record.disturbance import Disturbance
 
         disturbance = Disturbance(args.perturb, len(session.spec.joint_names), args.perturb_ticks)
+    writer = DatasetWriter(
+        args.root,
+        dataset_features(session.spec, session.env_state_dim),
+        fps=args.fps,
+        robot_type=session.spec.name,
+        resume=args.resume,
+    )
+    teleop = make_teleop(teleop_config(args.teleop, args), session)
+    teleop.connect()
+    before = writer.num_episodes
     try:
-        writer = DatasetWriter(args.root, dataset_features(session.spec, session.env_state_dim),
-                               fps=args.fps, robot_type=session.spec.name, resume=args.resume)
-        teleop = make_teleop(teleop_config(args.teleop, args), session)
-        teleop.connect()
-        before = writer.num_episodes
-        try:
-            with tqdm(total=args.episodes, desc="recording", unit="ep") as bar:
-                summary = record_dataset(session, teleop, writer, episodes=args.episodes, seed=args.seed,
-                                         max_ticks=int(args.max_seconds * args.fps),
-                                         keep_failed=args.keep_failed or args.robot != "sim", progress=bar,
-                                         disturbance=disturbance)
-        finally:
-            writer.close()
-            teleop.disconnect()
+        with tqdm(total=args.episodes, desc="recording", unit="ep") as bar:
+            config = RecordConfig(
+                args.episodes, args.seed, int(args.max_seconds * args.fps), args.keep_failed or args.robot != "sim"
+            )
+            summary = record_dataset(session, teleop, writer, config, progress=bar, disturbance=disturbance)
     finally:
-        session.close()
-    s = summary
+        writer.close()
+        teleop.disconnect()
+    return summary, before, writer.num_episodes
+
+
+def _report(args: argparse.Namespace, s, before: int, after: int) -> None:
+    from robotrl.report.table import format_table
+
     realtime_ratio = s.encode_s / s.recorded_s if s.recorded_s else 0.0
-    print(format_table(("metric", "value"), [
-        ("dataset", f"{args.root} ({before} -> {writer.num_episodes} episodes)"),
-        ("episodes saved", s.episodes_saved), ("frames", s.frames), ("dropped frames", s.dropped_frames),
-        ("loop overruns", s.overruns), ("failed episodes discarded", s.discarded_failures),
-        ("re-recorded", s.rerecorded), ("recorded time (s)", round(s.recorded_s, 2)),
-        ("loop wall time (s)", round(s.loop_wall_s, 2)), ("save/encode time (s)", round(s.encode_s, 2)),
-        ("save time / episode time", round(realtime_ratio, 3)),
-    ]))
-    return 0
+    print(
+        format_table(
+            ("metric", "value"),
+            [
+                ("dataset", f"{args.root} ({before} -> {after} episodes)"),
+                ("episodes saved", s.episodes_saved),
+                ("frames", s.frames),
+                ("dropped frames", s.dropped_frames),
+                ("loop overruns", s.overruns),
+                ("failed episodes discarded", s.discarded_failures),
+                ("re-recorded", s.rerecorded),
+                ("recorded time (s)", round(s.recorded_s, 2)),
+                ("loop wall time (s)", round(s.loop_wall_s, 2)),
+                ("save/encode time (s)", round(s.encode_s, 2)),
+                ("save time / episode time", round(realtime_ratio, 3)),
+            ],
+        )
+    )
 
 
 def _make_session(args: argparse.Namespace):
@@ -100,7 +168,9 @@ def _make_session(args: argparse.Namespace):
         env = TaskEnv(args.task, args.scenario, cameras=cameras, clock=WallClock() if args.realtime else None)
         if abs(env.spec.control_rate_hz - args.fps) > 1e-9:
             env.close()
-            raise UserError(f"the simulated arm runs at {env.spec.control_rate_hz:g} Hz; use --fps {env.spec.control_rate_hz:g}")
+            raise UserError(
+                f"the simulated arm runs at {env.spec.control_rate_hz:g} Hz; use --fps {env.spec.control_rate_hz:g}"
+            )
         return env
     if args.robot not in ("so101", "so100"):
         raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
@@ -111,7 +181,8 @@ def _make_session(args: argparse.Namespace):
     from robotrl.record.session import RobotSession
 
     clock = WallClock()
-    robot = SafeRobot(LerobotArm(args.robot, port=args.port, robot_id=args.robot_id, control_rate_hz=args.fps),
-                      clock=clock)
+    robot = SafeRobot(
+        LerobotArm(args.robot, port=args.port, robot_id=args.robot_id, control_rate_hz=args.fps), clock=clock
+    )
     robot.connect(watchdog_thread=True)
     return RobotSession(robot, args.task, clock)

@@ -15,7 +15,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode; episode i uses seed+i")
     parser.add_argument("--scenario", default="nominal", help="nominal (A) or shifted (B) physics")
     parser.add_argument("--arm", default="so101", help="simulated arm model (so101, so100)")
-    parser.add_argument("--realtime", action="store_true", help="pace on the wall clock at 30 Hz instead of stepping as fast as possible")
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="pace on the wall clock at 30 Hz instead of stepping as fast as possible",
+    )
     parser.add_argument("--video", type=Path, help="write an MP4 of the front and wrist cameras to this path")
     parser.add_argument("--png", type=Path, help="write the last frame of each episode as PNG into this folder")
     parser.add_argument("--image-size", type=int, default=224, help="camera height and width in pixels (default: 224)")
@@ -24,9 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from robotrl.core.clock import WallClock
     from robotrl.core.robot import CameraSpec
+    from robotrl.inference.stepped import run_closed_loop
     from robotrl.report.table import format_table
     from robotrl.sim.env import TaskEnv
-    from robotrl.inference.stepped import run_closed_loop
     from robotrl.sim.rollout import POLICIES, wilson_interval
     from robotrl.sim.video import FrameSink
 
@@ -37,16 +41,23 @@ def run(args: argparse.Namespace) -> int:
     want_images = args.video is not None or args.png is not None
     size = args.image_size
     cameras = (CameraSpec("front", size, size), CameraSpec("wrist", size, size)) if want_images else ()
-    env = TaskEnv(args.task, args.scenario, arm=args.arm, cameras=cameras,
-                  clock=WallClock() if args.realtime else None)
+    env = TaskEnv(args.task, args.scenario, arm=args.arm, cameras=cameras, clock=WallClock() if args.realtime else None)
     sink = FrameSink(args.video, args.png, fps=env.sim.spec.control_rate_hz, prefix=args.task) if want_images else None
     rows = []
     try:
         for i in range(args.episodes):
             seed = args.seed + i
             result = run_closed_loop(env, POLICIES[args.policy], seed, [sink] if sink else [])
-            rows.append((seed, env.instruction, "yes" if result.success else "no", round(result.episode_return, 2),
-                         result.ticks, result.safety_clamps))
+            rows.append(
+                (
+                    seed,
+                    env.instruction,
+                    "yes" if result.success else "no",
+                    round(result.episode_return, 2),
+                    result.ticks,
+                    result.safety_clamps,
+                )
+            )
     finally:
         env.close()
         if sink:

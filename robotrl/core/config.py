@@ -12,15 +12,14 @@ import json
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from robotrl.core.errors import ConfigError
-
-T = TypeVar("T")
 
 
 def config_to_dict(config: Any) -> dict:
     """A JSON-ready dict of the dataclass `config` (Paths as strings, tuples as lists)."""
+
     def plain(value: Any) -> Any:
         if hasattr(value, "to_dict") and not isinstance(value, type):
             return value.to_dict()
@@ -31,10 +30,11 @@ def config_to_dict(config: Any) -> dict:
         if isinstance(value, (tuple, list)):
             return [plain(v) for v in value]
         return value
+
     return plain(config)
 
 
-def config_from_dict(cls: type[T], data: dict) -> T:
+def config_from_dict[T](cls: type[T], data: dict) -> T:
     """`cls(**data)` with nested dataclasses, Paths and tuples rebuilt from their field
     types; an unknown or invalid field is a `ConfigError` naming it."""
     hints = typing.get_type_hints(cls)
@@ -61,7 +61,9 @@ def _rebuild(hint: Any, value: Any) -> Any:
         if origin is Path:
             return Path(value)
         if origin is tuple and isinstance(value, list):
-            return tuple(value)
+            args = typing.get_args(option)
+            item = args[0] if len(args) == 2 and args[1] is Ellipsis else Any
+            return tuple(_rebuild(item, v) for v in value)
     return value
 
 
@@ -72,7 +74,7 @@ def save_config(config: Any, path: Path) -> Path:
     return path
 
 
-def load_config(cls: type[T], path: Path) -> T:
+def load_config[T](cls: type[T], path: Path) -> T:
     """The `cls` config saved at `path`; a missing or malformed file is a `ConfigError`."""
     try:
         data = json.loads(Path(path).read_text())
@@ -81,3 +83,14 @@ def load_config(cls: type[T], path: Path) -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a JSON object")
     return config_from_dict(cls, data)
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of field `name` of the dataclass `cls`: command-line flags take their
+    defaults from the config they fill, so each default is written once."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise ConfigError(f"{cls.__name__}.{name} has no default")

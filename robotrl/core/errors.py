@@ -61,7 +61,9 @@ class VersionMismatch(ProtocolError):
         super().__init__(
             f"protocol version mismatch: this side speaks robotrl wire protocol {local_version}, "
             f"the peer speaks {remote_version}; install the same robotrl release on the robot "
-            "computer and the inference server", identity)
+            "computer and the inference server",
+            identity,
+        )
         self.local_version = local_version
         self.remote_version = remote_version
 

@@ -37,11 +37,13 @@ class Buffer(Protocol):
         """Store `batch`; the episode it committed, or None while the episode runs."""
         ...
 
-    def sample_transitions(self, batch_size: int, learner_version: int,
-                           rng: np.random.Generator) -> TransitionSample: ...
+    def sample_transitions(
+        self, batch_size: int, learner_version: int, rng: np.random.Generator
+    ) -> TransitionSample: ...
 
-    def sample_chunks(self, batch_size: int, horizon: int, learner_version: int,
-                      rng: np.random.Generator) -> ChunkSample: ...
+    def sample_chunks(
+        self, batch_size: int, horizon: int, learner_version: int, rng: np.random.Generator
+    ) -> ChunkSample: ...
 
 
 @runtime_checkable

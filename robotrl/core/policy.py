@@ -34,6 +34,9 @@ class PolicyMetadata:
     """Hash of the normalisation statistics baked into the checkpoint."""
     env_state_dim: int = 0
     """Length of the privileged `env_state` the policy reads (0: none; sim only)."""
+    execute_steps: int = 0
+    """s, rows of a chunk the policy was trained to run before the next synchronous
+    request (evaluation's default); 0: all H."""
 
 
 @dataclass
@@ -88,8 +91,7 @@ class SlowFastPolicy(ChunkPolicy, Protocol):
         """The latent of `obs.images` and `obs.instruction` (opaque to the caller)."""
         ...
 
-    def predict_chunk(self, obs: PolicyObservation, latent: Any = None,
-                      latent_age_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(self, obs: PolicyObservation, latent: Any = None, latent_age_ticks: int = 0) -> ActionChunk:
         """The fast pathway from `latent` (encoded now when None), `latent_age_ticks`
         older than `obs.tick`."""
         ...

@@ -91,11 +91,14 @@ def make_intervener(config: InterventionConfig, arm: OpenArm) -> tuple[Intervene
     if config.who == "scripted":
         from robotrl.sim.intervener import ScriptedIntervener
 
-        return ScriptedIntervener(arm.task, takeover_m=config.takeover_m,
-                                  handback_m=config.takeover_m * HANDBACK_FRACTION,
-                                  takeover_gripper_rad=config.takeover_gripper_rad or None,
-                                  initial_budget_ticks=config.budget_ticks,
-                                  taper_episodes=config.taper_episodes), None
+        return ScriptedIntervener(
+            arm.task,
+            takeover_m=config.takeover_m,
+            handback_m=config.takeover_m * HANDBACK_FRACTION,
+            takeover_gripper_rad=config.takeover_gripper_rad or None,
+            initial_budget_ticks=config.budget_ticks,
+            taper_episodes=config.taper_episodes,
+        ), None
     from robotrl.hardware.teleop.intervention import TeleopIntervention
     from robotrl.record.teleop import TeleopConfig, make_teleop
 
@@ -124,8 +127,15 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
         intervener, device = make_intervener(job.intervention, arm)
         if device is not None:
             stack.callback(device.disconnect)
-        executor = remote_executor(arm.robot, client, info, job.executor, robot_id=job.arm.name,
-                                   stepped_delay=job.stepped_delay, intervener=intervener)
+        executor = remote_executor(
+            arm.robot,
+            client,
+            info,
+            job.executor,
+            robot_id=job.arm.name,
+            stepped_delay=job.stepped_delay,
+            intervener=intervener,
+        )
         log = None
         if job.log is not None:
             job.log.unlink(missing_ok=True)
@@ -152,6 +162,9 @@ def served_spec(server_info: dict, num_joints: int):
     from robotrl.buffer.spec import TransitionSpec
 
     size = int(server_info.get("image_size_px") or 0)
-    return TransitionSpec(num_joints, int(server_info["action_dim"]),
-                          {cam: (size, size) for cam in server_info.get("cameras", ())},
-                          int(server_info.get("env_state_dim") or 0))
+    return TransitionSpec(
+        num_joints,
+        int(server_info["action_dim"]),
+        {cam: (size, size) for cam in server_info.get("cameras", ())},
+        int(server_info.get("env_state_dim") or 0),
+    )

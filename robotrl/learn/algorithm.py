@@ -49,12 +49,13 @@ class Algorithm(Protocol):
 
 # --- pure helpers ----------------------------------------------------------------------
 
+
 def ess_fraction(weights: np.ndarray | torch.Tensor) -> float:
     """Effective sample size over batch size of non-negative weights:
     (sum w)^2 / (B sum w^2); 1.0 for equal weights, 1/B when one weight dominates, 0.0
     when all are zero."""
     w = np.asarray(weights.detach() if torch.is_tensor(weights) else weights, dtype=np.float64).ravel()
-    denom = w.size * float((w ** 2).sum())
+    denom = w.size * float((w**2).sum())
     return float(w.sum() ** 2 / denom) if denom > 0 else 0.0
 
 
@@ -97,7 +98,9 @@ def batch_metrics(staleness: np.ndarray, intervention: np.ndarray, is_demo: np.n
     and demo fractions."""
     online = ~np.asarray(is_demo, bool)
     stale = np.asarray(staleness)[online]
-    return {"staleness_mean": float(stale.mean()) if stale.size else 0.0,
-            "staleness_max": float(stale.max()) if stale.size else 0.0,
-            "intervention_frac": float(np.asarray(intervention, bool).mean()),
-            "demo_frac": float((~online).mean())}
+    return {
+        "staleness_mean": float(stale.mean()) if stale.size else 0.0,
+        "staleness_max": float(stale.max()) if stale.size else 0.0,
+        "intervention_frac": float(np.asarray(intervention, bool).mean()),
+        "demo_frac": float((~online).mean()),
+    }

@@ -115,15 +115,18 @@ def _encode(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
         items = []
         for k, v in value.items():
             if not isinstance(k, (str, int, float, bool)):
-                raise TypeError(f"checkpoint: key {k!r} under {key or 'state'} is a {type(k).__name__}; "
-                                "keys must be str or int")
+                raise TypeError(
+                    f"checkpoint: key {k!r} under {key or 'state'} is a {type(k).__name__}; keys must be str or int"
+                )
             items.append([k, _encode(v, f"{key}.{k}" if key else str(k), tensors)])
         return {"dict": items}
     if isinstance(value, (list, tuple)):
         nodes = [_encode(v, f"{key}.{i}" if key else str(i), tensors) for i, v in enumerate(value)]
         return {"tuple" if isinstance(value, tuple) else "list": nodes}
-    raise TypeError(f"checkpoint: {key or 'state'} is a {type(value).__name__}; "
-                    "store tensors, arrays, numbers, str, lists and dicts only")
+    raise TypeError(
+        f"checkpoint: {key or 'state'} is a {type(value).__name__}; "
+        "store tensors, arrays, numbers, str, lists and dicts only"
+    )
 
 
 def _store(tensor: torch.Tensor, key: str, tensors: dict[str, torch.Tensor]) -> str:
@@ -152,4 +155,3 @@ def _remove_stale_tmp(path: Path) -> None:
     """Delete `<path>.tmp-*` folders left by a crash during an earlier save."""
     for stale in path.parent.glob(f"{path.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-

@@ -76,8 +76,14 @@ class Dsrl(SacCore):
         self.flow = policy
         policy.model.eval().requires_grad_(False)
         self.horizon = c.horizon
-        net = SacNetConfig(c.state_dim, c.horizon * c.action_dim, c.env_state_dim if c.use_env_state else 0,
-                           {}, config.latent_dim, config.hidden_dims)
+        net = SacNetConfig(
+            c.state_dim,
+            c.horizon * c.action_dim,
+            c.env_state_dim if c.use_env_state else 0,
+            {},
+            config.latent_dim,
+            config.hidden_dims,
+        )
         super().__init__(net, config, -0.5 * net.action_dim, seed=seed)
 
     # --- flow helpers ------------------------------------------------------------------------
@@ -86,8 +92,9 @@ class Dsrl(SacCore):
         inputs = flow_inputs(self.flow, state, env_state, images, instruction)
         with torch.no_grad():
             latent = self.flow.model.encode_slow(inputs["images"], inputs["tokens"])
-            fresh = self.flow.normalizer.fresh(inputs["state"], inputs["env_state"], inputs["ee"],
-                                               self.flow.config.relative_object_dim)
+            fresh = self.flow.normalizer.fresh(
+                inputs["state"], inputs["env_state"], inputs["ee"], self.flow.config.relative_object_dim
+            )
             cond = self.flow.model.expert.condition(latent, torch.zeros(len(state), dtype=torch.long), fresh)
         obs = {"state": inputs["state"]}
         if self.net.env_state_dim and inputs["env_state"] is not None:  # set whenever the net reads it
@@ -108,8 +115,12 @@ class Dsrl(SacCore):
             s = buffer.sample_chunks(cfg.batch_size, self.horizon, learner_version, rng)
             cond, obs = self._condition(s.state, s.env_state, s.images, s.instruction)
             critic = self._critic_step(s, obs)
-        return self._actor_temperature_step(obs, critic, batch_metrics(s.staleness, s.intervention[:, 0], s.is_demo),
-                                            lambda unit: self._flow(cond, unit))
+        return self._actor_temperature_step(
+            obs,
+            critic,
+            batch_metrics(s.staleness, s.intervention[:, 0], s.is_demo),
+            lambda unit: self._flow(cond, unit),
+        )
 
     def _critic_step(self, s: ChunkSample, obs: dict[str, torch.Tensor]) -> tuple[float, float, float]:
         """Chunk TD: the executed chunk's Q regressed on the discounted real-row return
@@ -127,5 +138,10 @@ class Dsrl(SacCore):
 
     # --- serving ---------------------------------------------------------------------------
     def served_policy(self) -> DsrlChunkPolicy:
-        return DsrlChunkPolicy(self.flow, copy.deepcopy(self.actor), self.config.noise_bound, seed=self.seed,
-                               deterministic=self.config.deterministic_serving)
+        return DsrlChunkPolicy(
+            self.flow,
+            copy.deepcopy(self.actor),
+            self.config.noise_bound,
+            seed=self.seed,
+            deterministic=self.config.deterministic_serving,
+        )

@@ -40,8 +40,17 @@ from robotrl.policies.fastslow.slow import resize_images
 from robotrl.train.loss import Batch, flow_matching_loss
 
 
-def row_weights(episode_return: np.ndarray, accepted: np.ndarray, intervention: np.ndarray, mask: np.ndarray,
-                is_demo: np.ndarray, *, beta: float, max_weight: float, w_int: float) -> np.ndarray:
+def row_weights(
+    episode_return: np.ndarray,
+    accepted: np.ndarray,
+    intervention: np.ndarray,
+    mask: np.ndarray,
+    is_demo: np.ndarray,
+    *,
+    beta: float,
+    max_weight: float,
+    w_int: float,
+) -> np.ndarray:
     """(B, H) loss weight of every chunk row.
 
     A row a human executed weighs `w_int` (HG-DAgger: the correction is the label, however
@@ -63,8 +72,9 @@ def row_weights(episode_return: np.ndarray, accepted: np.ndarray, intervention: 
     return (w / w[positive].mean() if positive.any() else w).astype(np.float32)
 
 
-def accepted_rows(is_demo: np.ndarray, episode_success: np.ndarray, intervention: np.ndarray,
-                  mask: np.ndarray) -> np.ndarray:
+def accepted_rows(
+    is_demo: np.ndarray, episode_success: np.ndarray, intervention: np.ndarray, mask: np.ndarray
+) -> np.ndarray:
     """(B, H) bool: the chunk rows to learn from (HG-DAgger + rejection sampling).
 
     Every real row a human executed is kept (the correction). The policy's own rows are
@@ -81,8 +91,10 @@ def accepted_rows(is_demo: np.ndarray, episode_success: np.ndarray, intervention
 def check_policy_spec(spec: TransitionSpec, config: FastSlowConfig) -> None:
     """Raise `ConfigError` unless the buffer's state and action sizes are the policy's."""
     if (spec.state_dim, spec.action_dim) != (config.state_dim, config.action_dim):
-        raise ConfigError(f"the policy reads state {config.state_dim} / action {config.action_dim}, the buffer spec "
-                          f"has {spec.state_dim} / {spec.action_dim}")
+        raise ConfigError(
+            f"the policy reads state {config.state_dim} / action {config.action_dim}, the buffer spec "
+            f"has {spec.state_dim} / {spec.action_dim}"
+        )
 
 
 class FlowInputs(TypedDict):
@@ -95,30 +107,48 @@ class FlowInputs(TypedDict):
     ee: torch.Tensor | None
 
 
-def flow_inputs(policy: FastSlowPolicy, state: np.ndarray, env_state: np.ndarray | None,
-                images: dict[str, np.ndarray], instruction: list[str]) -> FlowInputs:
+def flow_inputs(
+    policy: FastSlowPolicy,
+    state: np.ndarray,
+    env_state: np.ndarray | None,
+    images: dict[str, np.ndarray],
+    instruction: list[str],
+) -> FlowInputs:
     """What the flow conditions on, as `Batch` fields (images, tokens, state, env_state,
     ee) from (B, S) states, (B, E) env_state, camera -> (B, h, w, 3) uint8 and B strings;
     images resized to the policy's size."""
     c = policy.config
     state_t = torch.from_numpy(np.asarray(state, np.float32))
-    return {"images": [resize_images(torch.from_numpy(np.ascontiguousarray(images[cam])).permute(0, 3, 1, 2),
-                                     c.image_size_px) for cam in c.cameras],
-            "tokens": torch.from_numpy(policy.vocab.encode_many(list(instruction), c.max_words)),
-            "state": state_t,
-            "env_state": torch.from_numpy(np.asarray(env_state, np.float32)) if c.use_env_state else None,
-            "ee": (torch.from_numpy(EndEffectorFeatures(c.ee_features_arm)(state_t.numpy()))
-                   if c.ee_features_arm else None)}
+    return {
+        "images": [
+            resize_images(torch.from_numpy(np.ascontiguousarray(images[cam])).permute(0, 3, 1, 2), c.image_size_px)
+            for cam in c.cameras
+        ],
+        "tokens": torch.from_numpy(policy.vocab.encode_many(list(instruction), c.max_words)),
+        "state": state_t,
+        "env_state": torch.from_numpy(np.asarray(env_state, np.float32)) if c.use_env_state else None,
+        "ee": (
+            torch.from_numpy(EndEffectorFeatures(c.ee_features_arm)(state_t.numpy())) if c.ee_features_arm else None
+        ),
+    }
 
 
 def flow_batch(policy: FastSlowPolicy, sample: ChunkSample, idx: np.ndarray) -> Batch:
     """The flow-matching `Batch` of examples `idx` of `sample` (latent age 0: the images,
     state and chunk are all from row t)."""
-    inputs = flow_inputs(policy, sample.state[idx], None if sample.env_state is None else sample.env_state[idx],
-                         {cam: sample.images[cam][idx] for cam in policy.config.cameras},
-                         [sample.instruction[i] for i in idx])
-    return Batch(**inputs, chunk=torch.from_numpy(np.asarray(sample.actions[idx], np.float32)),
-                 mask=torch.from_numpy(np.asarray(sample.mask[idx], bool)), age=torch.zeros(len(idx), dtype=torch.long))
+    inputs = flow_inputs(
+        policy,
+        sample.state[idx],
+        None if sample.env_state is None else sample.env_state[idx],
+        {cam: sample.images[cam][idx] for cam in policy.config.cameras},
+        [sample.instruction[i] for i in idx],
+    )
+    return Batch(
+        **inputs,
+        chunk=torch.from_numpy(np.asarray(sample.actions[idx], np.float32)),
+        mask=torch.from_numpy(np.asarray(sample.mask[idx], bool)),
+        age=torch.zeros(len(idx), dtype=torch.long),
+    )
 
 
 @dataclass(frozen=True)
@@ -172,8 +202,10 @@ class HilFlow:
         check_policy_spec(spec, c)
         missing = sorted(set(c.cameras) - set(spec.cameras))
         if missing or (c.use_env_state and spec.env_state_dim != c.env_state_dim):
-            raise ConfigError(f"the buffer spec lacks what the policy reads: cameras {missing}, env_state "
-                              f"{c.env_state_dim if c.use_env_state else 0} (spec has {spec.env_state_dim})")
+            raise ConfigError(
+                f"the buffer spec lacks what the policy reads: cameras {missing}, env_state "
+                f"{c.env_state_dim if c.use_env_state else 0} (spec has {spec.env_state_dim})"
+            )
         self.config = config
         self.policy = policy
         self.model = policy.model
@@ -189,8 +221,16 @@ class HilFlow:
         sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, self.policy.config.horizon, learner_version, rng)
         rows = accepted_rows(sample.is_demo, sample.episode_success, sample.intervention, sample.mask)
         accepted = np.asarray(rows.any(1))
-        weights = row_weights(sample.episode_return, accepted, sample.intervention, rows, sample.is_demo,
-                              beta=cfg.return_beta, max_weight=cfg.max_weight, w_int=cfg.w_int)
+        weights = row_weights(
+            sample.episode_return,
+            accepted,
+            sample.intervention,
+            rows,
+            sample.is_demo,
+            beta=cfg.return_beta,
+            max_weight=cfg.max_weight,
+            w_int=cfg.w_int,
+        )
         data = batch_metrics(sample.staleness, sample.intervention[:, 0], sample.is_demo)
         idx = np.flatnonzero(accepted)
         if idx.size == 0:
@@ -198,8 +238,13 @@ class HilFlow:
         self.model.train()
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self.torch_rng)
-            loss = flow_matching_loss(self.model, self.policy.normalizer, flow_batch(self.policy, sample, idx),
-                                      cfg.flow_samples, row_weights=torch.from_numpy(weights[idx]))
+            loss = flow_matching_loss(
+                self.model,
+                self.policy.normalizer,
+                flow_batch(self.policy, sample, idx),
+                cfg.flow_samples,
+                row_weights=torch.from_numpy(weights[idx]),
+            )
             self.torch_rng = torch.get_rng_state()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -209,8 +254,14 @@ class HilFlow:
         self.model.eval()
         self.updates += 1
         real = weights[idx][rows[idx]]
-        return {"loss_flow": float(loss.detach()), "accepted_frac": float(accepted.mean()), "ess": ess_fraction(real),
-                "grad_norm": grad, "skipped": 0.0, **data}
+        return {
+            "loss_flow": float(loss.detach()),
+            "accepted_frac": float(accepted.mean()),
+            "ess": ess_fraction(real),
+            "grad_norm": grad,
+            "skipped": 0.0,
+            **data,
+        }
 
     def policy_weights(self) -> bytes:
         return self.ema.weights_bytes()
@@ -222,13 +273,24 @@ class HilFlow:
         """A FastSlowPolicy around a copy of `model` (normaliser, vocabulary and sampling
         settings of the trained policy)."""
         p = self.policy
-        return FastSlowPolicy(copy.deepcopy(model), p.normalizer, p.vocab, seed=p.seed,
-                              rtc_guidance=p.rtc_guidance, noise_scale=p.noise_scale)
+        return FastSlowPolicy(
+            copy.deepcopy(model),
+            p.normalizer,
+            p.vocab,
+            seed=p.seed,
+            rtc_guidance=p.rtc_guidance,
+            noise_scale=p.noise_scale,
+        )
 
     def state_dict(self) -> dict:
-        return {"model": module_state(self.model), "ema": module_state(self.ema.model),
-                "optim": optimizer_state(self.optimizer),
-                "torch_rng": self.torch_rng.clone(), "updates": self.updates, "config": config_json(self.config)}
+        return {
+            "model": module_state(self.model),
+            "ema": module_state(self.ema.model),
+            "optim": optimizer_state(self.optimizer),
+            "torch_rng": self.torch_rng.clone(),
+            "updates": self.updates,
+            "config": config_json(self.config),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         check_saved_config(state, self.config, self.name)

@@ -74,8 +74,12 @@ def resolve_spec(job: LearnerJob) -> TransitionSpec:
 
     c = read_config(job.policy).get("config", {})
     size = int(c.get("image_size_px", 0))
-    return TransitionSpec(int(c["state_dim"]), int(c["action_dim"]), {cam: (size, size) for cam in c.get("cameras", ())},
-                          int(c.get("env_state_dim", 0)) if c.get("use_env_state") else 0)
+    return TransitionSpec(
+        int(c["state_dim"]),
+        int(c["action_dim"]),
+        {cam: (size, size) for cam in c.get("cameras", ())},
+        int(c.get("env_state_dim", 0)) if c.get("use_env_state") else 0,
+    )
 
 
 def run_learner(job: LearnerJob) -> None:
@@ -93,30 +97,45 @@ def run_learner(job: LearnerJob) -> None:
         raise UserError(f"{out} holds a learner run: pass --resume to continue it or choose another --out")
     spec = resolve_spec(job)
     pub_endpoint, latest_endpoint = weight_endpoints(job.weights)
-    algorithm = make_algorithm(job.algo, spec, policy_path=job.policy, preset=job.preset, overrides=job.overrides,
-                               seed=job.loop.seed)
+    algorithm = make_algorithm(
+        job.algo, spec, policy_path=job.policy, preset=job.preset, overrides=job.overrides, seed=job.loop.seed
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(spec.to_dict(), indent=1))
-    buffer = OnlineBuffer(job.buffer, spec, job.capacity, online_ratio=job.online_ratio,
-                          staleness_cap=job.staleness_cap, fsync=job.fsync)
-    meta = {"spec": spec.to_dict(), "algo": job.algo, "preset": job.preset, "overrides": job.overrides,
-            "policy": str(job.policy) if job.policy else None, "buffer": str(job.buffer)}
+    buffer = OnlineBuffer(
+        job.buffer, spec, job.capacity, online_ratio=job.online_ratio, staleness_cap=job.staleness_cap, fsync=job.fsync
+    )
+    meta = {
+        "spec": spec.to_dict(),
+        "algo": job.algo,
+        "preset": job.preset,
+        "overrides": job.overrides,
+        "policy": str(job.policy) if job.policy else None,
+        "buffer": str(job.buffer),
+    }
     publisher = learner = None
     try:
         for path in job.demo_datasets:
             print(f"demo transitions from {path}: {buffer.add_demo_dataset(path, progress=True)}")
-        print(f"buffer {job.buffer}: {buffer.committed_episodes} episodes, {buffer.committed_transitions} "
-              f"online transitions recovered in {buffer.recovery_s:.2f} s")
+        print(
+            f"buffer {job.buffer}: {buffer.committed_episodes} episodes, {buffer.committed_transitions} "
+            f"online transitions recovered in {buffer.recovery_s:.2f} s"
+        )
         publisher = WeightPublisher(pub_endpoint, latest_endpoint)
         learner = Learner(algorithm, buffer, publisher, job.loop, resume=job.resume, meta=meta)
         algorithm.served_policy().save(out / SERVED)  # what a server starts from (`serve --policy`)
-        print(f"transitions: {learner.transitions_endpoint}  weights: {publisher.pub_endpoint} "
-              f"(latest: {publisher.latest_endpoint})", flush=True)
+        print(
+            f"transitions: {learner.transitions_endpoint}  weights: {publisher.pub_endpoint} "
+            f"(latest: {publisher.latest_endpoint})",
+            flush=True,
+        )
         with _stop_on_signals(learner):
             learner.run()
         algorithm.served_policy().save(out / SERVED)  # the final weights, for `serve` / `deploy`
-        print(f"{learner.updates} updates, weights version {learner.version}, {learner.episodes} episodes, "
-              f"{learner.rejected} batches rejected; checkpoint {learner.checkpoint_path}, curves {out}")
+        print(
+            f"{learner.updates} updates, weights version {learner.version}, {learner.episodes} episodes, "
+            f"{learner.rejected} batches rejected; checkpoint {learner.checkpoint_path}, curves {out}"
+        )
     finally:
         for part in (learner, publisher, buffer):
             if part is not None:

@@ -20,8 +20,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from robotrl.core.errors import UserError
+
+if TYPE_CHECKING:
+    from robotrl.inference.server import ServeJob
 
 LOCAL = "127.0.0.1"
 SERVER_START_S = 120.0
@@ -52,10 +56,9 @@ def _cli(*argv: str) -> list[str]:
     return [sys.executable, "-m", "robotrl.cli", *argv]
 
 
-def serve_command(policy: Path, endpoint: str, weights: str | None = None) -> list[str]:
-    """`robotrl serve` of `policy` on `endpoint`, taking new weights from `weights` if given."""
-    return _cli("serve", "--policy", str(policy), "--bind", endpoint,
-                *(("--weights-from", weights) if weights else ()))
+def serve_command(config_file: Path) -> list[str]:
+    """`robotrl serve` of the `ServeJob` saved in `config_file`."""
+    return _cli("serve", "--config", str(config_file))
 
 
 def learner_command(config_file: Path) -> list[str]:
@@ -68,12 +71,27 @@ def actor_command(config_file: Path) -> list[str]:
     return _cli("actor", "--config", str(config_file))
 
 
-def start_local_server(policy: Path) -> tuple[subprocess.Popen, str]:
-    """`robotrl serve` of `policy` on a free loopback port: (process, endpoint)."""
+def start_server(job: ServeJob, config_file: Path, log: Path | None = None) -> subprocess.Popen:
+    """`robotrl serve` of `job`, handed over in `config_file`; its output goes to `log`
+    (None: its status lines are dropped, its warnings and errors shown)."""
+    from robotrl.core.config import save_config
+
+    command = serve_command(save_config(job, config_file))
+    if log is None:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    with open(log, "a") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def start_local_server(policy: Path, config_dir: Path) -> tuple[subprocess.Popen, str]:
+    """`robotrl serve` of `policy` on a free loopback port (its config file in
+    `config_dir`): (process, endpoint)."""
+    from robotrl.inference.server import ServeJob, ServerConfig
+
     if not policy.exists():
         raise UserError(f"policy checkpoint {policy} does not exist")
     endpoint = f"tcp://{LOCAL}:{free_port()}"
-    return subprocess.Popen(serve_command(policy, endpoint), stdout=subprocess.DEVNULL), endpoint
+    return start_server(ServeJob(policy, ServerConfig(endpoint=endpoint)), config_dir / "server.json"), endpoint
 
 
 def wait_for_server(endpoint: str, proc: subprocess.Popen, timeout_s: float = SERVER_START_S) -> None:
@@ -85,8 +103,10 @@ def wait_for_server(endpoint: str, proc: subprocess.Popen, timeout_s: float = SE
     with ClientSocket(endpoint, robot_id="launcher") as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise UserError(f"the local inference server exited (code {proc.returncode}); "
-                                "run `robotrl serve --policy ...` on its own to see why")
+                raise UserError(
+                    f"the local inference server exited (code {proc.returncode}); "
+                    "run `robotrl serve --policy ...` on its own to see why"
+                )
             try:
                 client.connect(timeout_s=1.0)
                 return
@@ -147,8 +167,13 @@ def curve_table(rows: list[dict], block: int = 10) -> list[tuple]:
     """(episodes, success rate, intervention rate, wall minutes) per block of episodes."""
     table = []
     for i in range(0, len(rows), block):
-        part = rows[i:i + block]
-        table.append((f"{i + 1}-{i + len(part)}", f"{sum(float(r['success']) for r in part) / len(part):.2f}",
-                      f"{sum(float(r['intervention_rate']) for r in part) / len(part):.3f}",
-                      f"{float(part[-1]['wall_s']) / 60:.1f}"))
+        part = rows[i : i + block]
+        table.append(
+            (
+                f"{i + 1}-{i + len(part)}",
+                f"{sum(float(r['success']) for r in part) / len(part):.2f}",
+                f"{sum(float(r['intervention_rate']) for r in part) / len(part):.3f}",
+                f"{float(part[-1]['wall_s']) / 60:.1f}",
+            )
+        )
     return table

@@ -118,15 +118,24 @@ class Learner:
     episodes logged), wall_s (run time over all sessions).
     """
 
-    def __init__(self, algorithm: Algorithm, buffer: Buffer, publisher: WeightPublisher, cfg: LearnerConfig, *,
-                 resume: bool = False, meta: dict | None = None) -> None:
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        buffer: Buffer,
+        publisher: WeightPublisher,
+        cfg: LearnerConfig,
+        *,
+        resume: bool = False,
+        meta: dict | None = None,
+    ) -> None:
         self.algorithm, self.buffer, self.publisher, self.cfg = algorithm, buffer, publisher, cfg
         self.meta = dict(meta or {})
         self.out = Path(cfg.out)
         self.checkpoint_path = self.out / CHECKPOINT_DIR
         if not resume and run_exists(self.out):
-            raise FileExistsError(f"{self.out} holds a learner run: pass --resume to continue it "
-                                  "or choose another --out")
+            raise FileExistsError(
+                f"{self.out} holds a learner run: pass --resume to continue it or choose another --out"
+            )
         self.out.mkdir(parents=True, exist_ok=True)
         self.rng = np.random.default_rng(cfg.seed)
         torch.manual_seed(cfg.seed)
@@ -149,8 +158,9 @@ class Learner:
             self._pull.bind(cfg.transitions_endpoint)
         except zmq.ZMQError as exc:
             self._close_sockets()
-            raise WireError(f"cannot bind {cfg.transitions_endpoint}: {exc} (another learner there? "
-                            "pick another port)") from None
+            raise WireError(
+                f"cannot bind {cfg.transitions_endpoint}: {exc} (another learner there? pick another port)"
+            ) from None
         self.transitions_endpoint = self._pull.getsockopt_string(zmq.LAST_ENDPOINT)
 
     @property
@@ -167,8 +177,13 @@ class Learner:
         last periodic one stays): its state may be half updated."""
         cfg = self.cfg
         self.publisher.publish(self.version, self.algorithm.policy_weights())
-        log.info("learner %s: transitions on %s, weights version %d published, %d updates so far",
-                 self.algorithm.name, self.transitions_endpoint, self.version, self.updates)
+        log.info(
+            "learner %s: transitions on %s, weights version %d published, %d updates so far",
+            self.algorithm.name,
+            self.transitions_endpoint,
+            self.version,
+            self.updates,
+        )
         last_log, last_log_updates, waited_logged = time.monotonic(), self.updates, 0.0
         try:
             while not self._stop.is_set() and not self._budget_spent():
@@ -178,9 +193,13 @@ class Learner:
                 if terms is None:
                     if time.monotonic() - waited_logged > 10:
                         waited_logged = time.monotonic()
-                        log.info("waiting for transitions: %d samplable of %d needed, %d batches rejected%s",
-                                 len(self.buffer), cfg.min_transitions, self.rejected,
-                                 f" ({self._idle_reason})" if ready else "")
+                        log.info(
+                            "waiting for transitions: %d samplable of %d needed, %d batches rejected%s",
+                            len(self.buffer),
+                            cfg.min_transitions,
+                            self.rejected,
+                            f" ({self._idle_reason})" if ready else "",
+                        )
                     continue
                 if self.updates % cfg.publish_every == 0:
                     self.version += 1
@@ -199,8 +218,9 @@ class Learner:
 
     def _budget_spent(self) -> bool:
         cfg = self.cfg
-        return ((cfg.max_updates is not None and self.updates >= cfg.max_updates)
-                or (cfg.max_wall_s is not None and time.monotonic() - self._started >= cfg.max_wall_s))
+        return (cfg.max_updates is not None and self.updates >= cfg.max_updates) or (
+            cfg.max_wall_s is not None and time.monotonic() - self._started >= cfg.max_wall_s
+        )
 
     def _update(self) -> dict[str, float] | None:
         """One algorithm update; None (after waiting `poll_ms` for data) when the buffer has
@@ -228,14 +248,26 @@ class Learner:
 
     def save(self) -> Path:
         """Write the checkpoint now (algorithm, RNG, counters, buffer cursor)."""
-        state = {"algorithm": self.algorithm.state_dict(),
-                 "rng": {"numpy": self.rng.bit_generator.state, "torch": torch.get_rng_state()}}
-        meta = {**self.meta, "algorithm": self.algorithm.name, "updates": self.updates, "version": self.version,
-                "received_batches": self.received_batches, "rejected": self.rejected, "episodes": self.episodes,
-                "wall_s": self.wall_s, "buffer_cursor": {
-                    "committed_transitions": int(self.buffer.committed_transitions),
-                    "committed_episodes": int(self.buffer.committed_episodes)},
-                "learner": self.cfg.to_dict(), "saved_unix_s": time.time()}
+        state = {
+            "algorithm": self.algorithm.state_dict(),
+            "rng": {"numpy": self.rng.bit_generator.state, "torch": torch.get_rng_state()},
+        }
+        meta = {
+            **self.meta,
+            "algorithm": self.algorithm.name,
+            "updates": self.updates,
+            "version": self.version,
+            "received_batches": self.received_batches,
+            "rejected": self.rejected,
+            "episodes": self.episodes,
+            "wall_s": self.wall_s,
+            "buffer_cursor": {
+                "committed_transitions": int(self.buffer.committed_transitions),
+                "committed_episodes": int(self.buffer.committed_episodes),
+            },
+            "learner": self.cfg.to_dict(),
+            "saved_unix_s": time.time(),
+        }
         return save_checkpoint(self.checkpoint_path, state, meta)
 
     def close(self) -> None:
@@ -277,28 +309,49 @@ class Learner:
         n = len(episode.ticks)
         interventions = int(np.count_nonzero(episode.intervention))
         versions = np.asarray(episode.version)
-        self.episodes_log.write({
-            "episode": self.episodes, "wall_s": round(self.wall_s, 3), "updates": self.updates,
-            "version": self.version, "robot_id": episode.robot_id, "episode_id": episode.episode_id, "ticks": n,
-            "success": bool(episode.success), "intervention_ticks": interventions,
-            "intervention_rate": interventions / max(n, 1), "episode_return": float(np.sum(episode.reward)),
-            "data_version_min": int(versions.min()) if n else -1, "data_version_max": int(versions.max()) if n else -1})
+        self.episodes_log.write(
+            {
+                "episode": self.episodes,
+                "wall_s": round(self.wall_s, 3),
+                "updates": self.updates,
+                "version": self.version,
+                "robot_id": episode.robot_id,
+                "episode_id": episode.episode_id,
+                "ticks": n,
+                "success": bool(episode.success),
+                "intervention_ticks": interventions,
+                "intervention_rate": interventions / max(n, 1),
+                "episode_return": float(np.sum(episode.reward)),
+                "data_version_min": int(versions.min()) if n else -1,
+                "data_version_max": int(versions.max()) if n else -1,
+            }
+        )
         self.episodes += 1
         every = self.cfg.plot_every_episodes
         if every and self.episodes % every == 0:
             self._plot()
 
     def _log_updates(self, terms: dict[str, float], updates_per_s: float) -> None:
-        row: dict[str, Any] = {"wall_s": round(self.wall_s, 3), "updates": self.updates,
-                               "updates_per_s": updates_per_s, "version": self.version,
-                               "transitions": int(self.buffer.committed_transitions),
-                               "episodes": self.episodes, "received_batches": self.received_batches,
-                               "rejected": self.rejected}
+        row: dict[str, Any] = {
+            "wall_s": round(self.wall_s, 3),
+            "updates": self.updates,
+            "updates_per_s": updates_per_s,
+            "version": self.version,
+            "transitions": int(self.buffer.committed_transitions),
+            "episodes": self.episodes,
+            "received_batches": self.received_batches,
+            "rejected": self.rejected,
+        }
         row.update({k: float(v) for k, v in terms.items()})
         row.update(staleness_histogram(self._recorder.take()))
         self.updates_log.write(row)
-        log.info("update %d v%d %.1f updates/s %s", self.updates, self.version, updates_per_s,
-                 " ".join(f"{k}={float(v):.4g}" for k, v in list(terms.items())[:6]))
+        log.info(
+            "update %d v%d %.1f updates/s %s",
+            self.updates,
+            self.version,
+            updates_per_s,
+            " ".join(f"{k}={float(v):.4g}" for k, v in list(terms.items())[:6]),
+        )
 
     def _plot(self) -> None:
         title = f"robotrl learn {self.algorithm.name}"
@@ -312,14 +365,20 @@ class Learner:
 
     def _restore(self) -> None:
         if not checkpoint_exists(self.checkpoint_path):
-            log.warning("no checkpoint in %s yet: the algorithm starts fresh on the recovered buffer "
-                        "(%d committed transitions)", self.out, self.buffer.committed_transitions)
+            log.warning(
+                "no checkpoint in %s yet: the algorithm starts fresh on the recovered buffer "
+                "(%d committed transitions)",
+                self.out,
+                self.buffer.committed_transitions,
+            )
             self._wall_offset_s = self._last_wall_s({})
             return
         state, meta = load_checkpoint(self.checkpoint_path)
         if meta["algorithm"] != self.algorithm.name:
-            raise ConfigError(f"{self.checkpoint_path} was written by algorithm {meta['algorithm']!r}, "
-                              f"not {self.algorithm.name!r}: resume with the same --algo")
+            raise ConfigError(
+                f"{self.checkpoint_path} was written by algorithm {meta['algorithm']!r}, "
+                f"not {self.algorithm.name!r}: resume with the same --algo"
+            )
         self.algorithm.load_state_dict(state["algorithm"])
         self.rng.bit_generator.state = state["rng"]["numpy"]
         torch.set_rng_state(state["rng"]["torch"])
@@ -327,9 +386,15 @@ class Learner:
         self.received_batches, self.rejected = int(meta["received_batches"]), int(meta["rejected"])
         self.version = resume_version(int(meta["version"]), self.cfg.checkpoint_every, self.cfg.publish_every)
         self._wall_offset_s = self._last_wall_s(meta)
-        log.info("resumed %s at update %d (weights version %d -> %d), buffer %d transitions (%d at the checkpoint)",
-                 meta["algorithm"], self.updates, meta["version"], self.version, self.buffer.committed_transitions,
-                 meta["buffer_cursor"]["committed_transitions"])
+        log.info(
+            "resumed %s at update %d (weights version %d -> %d), buffer %d transitions (%d at the checkpoint)",
+            meta["algorithm"],
+            self.updates,
+            meta["version"],
+            self.version,
+            self.buffer.committed_transitions,
+            meta["buffer_cursor"]["committed_transitions"],
+        )
 
     def _last_wall_s(self, meta: dict) -> float:
         """Run time so far: the latest of the checkpoint and the last CSV rows."""

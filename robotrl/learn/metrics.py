@@ -129,16 +129,29 @@ class EpisodeLog:
     def on_episode_end(self, result: EpisodeResult) -> None:
         r = result
         if self.log is not None:
-            self.log.write({"episode": self.done, "wall_s": round(time.monotonic() - self.wall_start_s, 3),
-                            "robot_id": self.robot_id, "seed": r.seed, "ticks": r.ticks, "success": int(r.success),
-                            "intervention_ticks": r.intervention_ticks,
-                            "intervention_rate": round(r.intervention_ticks / max(r.ticks, 1), 4),
-                            "takeovers": r.takeovers, "episode_return": round(r.episode_return, 4),
-                            "version_min": min(r.versions, default=-1), "version_max": max(r.versions, default=-1)})
+            self.log.write(
+                {
+                    "episode": self.done,
+                    "wall_s": round(time.monotonic() - self.wall_start_s, 3),
+                    "robot_id": self.robot_id,
+                    "seed": r.seed,
+                    "ticks": r.ticks,
+                    "success": int(r.success),
+                    "intervention_ticks": r.intervention_ticks,
+                    "intervention_rate": round(r.intervention_ticks / max(r.ticks, 1), 4),
+                    "takeovers": r.takeovers,
+                    "episode_return": round(r.episode_return, 4),
+                    "version_min": min(r.versions, default=-1),
+                    "version_max": max(r.versions, default=-1),
+                }
+            )
         self.done += 1
-        print(f"  {self.robot_id} episode {self.done}/{self.episodes} seed {r.seed}: "
-              f"{'success' if r.success else 'failure'}, {r.ticks} ticks, {r.intervention_ticks} intervened, "
-              f"weights v{max(r.versions, default=-1)}", flush=True)
+        print(
+            f"  {self.robot_id} episode {self.done}/{self.episodes} seed {r.seed}: "
+            f"{'success' if r.success else 'failure'}, {r.ticks} ticks, {r.intervention_ticks} intervened, "
+            f"weights v{max(r.versions, default=-1)}",
+            flush=True,
+        )
 
 
 def read_csv(path: Path | str) -> list[dict[str, str]]:
@@ -162,12 +175,22 @@ def episode_curves(rows: list[dict[str, str]], window: int) -> dict[str, np.ndar
     wall_s = np.array([float(r["wall_s"]) for r in rows])
     success = [float(r["success"]) for r in rows]
     intervention = [float(r["intervention_rate"]) for r in rows]
-    return {"episode": episode, "wall_s": wall_s, "success_rate": rolling_mean(success, window),
-            "intervention_rate": rolling_mean(intervention, window)}
+    return {
+        "episode": episode,
+        "wall_s": wall_s,
+        "success_rate": rolling_mean(success, window),
+        "intervention_rate": rolling_mean(intervention, window),
+    }
 
 
-def plot_learning_curves(episodes_csv: Path | str, out_png: Path | str, *, baseline_csv: Path | str | None = None,
-                         window: int = 20, title: str = "online learning") -> Path:
+def plot_learning_curves(
+    episodes_csv: Path | str,
+    out_png: Path | str,
+    *,
+    baseline_csv: Path | str | None = None,
+    window: int = 20,
+    title: str = "online learning",
+) -> Path:
     """PNG with four panels: success rate and intervention rate (rolling over `window`
     episodes) against episodes and against wall time (minutes); a baseline run's
     episodes.csv (e.g. no learning) is drawn dashed next to it. Returns `out_png`."""

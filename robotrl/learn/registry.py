@@ -26,8 +26,15 @@ def presets() -> dict[str, dict[str, Any]]:
     return {"sac": SAC_PRESETS, "hil-flow": HIL_FLOW_PRESETS, "dsrl": DSRL_PRESETS}
 
 
-def make_algorithm(name: str, spec: TransitionSpec, *, policy_path: Path | None = None, preset: str = "default",
-                   overrides: dict | None = None, seed: int = 0) -> Algorithm:
+def make_algorithm(
+    name: str,
+    spec: TransitionSpec,
+    *,
+    policy_path: Path | None = None,
+    preset: str = "default",
+    overrides: dict | None = None,
+    seed: int = 0,
+) -> Algorithm:
     """Algorithm `name` for transitions shaped like `spec`, configured by `preset` (then
     `overrides`, field -> value). hil-flow and dsrl start from the FastSlowPolicy at
     `policy_path`; sac builds fresh networks."""

@@ -63,10 +63,18 @@ class Sac(SacCore):
     config: SacConfig
 
     def __init__(self, spec: TransitionSpec, config: SacConfig, *, seed: int = 0) -> None:
-        net = SacNetConfig(spec.state_dim, spec.action_dim, spec.env_state_dim if config.use_env_state else 0,
-                           dict(spec.cameras) if config.use_images else {}, config.latent_dim, config.hidden_dims,
-                           config.cnn_channels, max_step_rad=config.max_step_rad, horizon=config.horizon,
-                           control_rate_hz=config.control_rate_hz)
+        net = SacNetConfig(
+            spec.state_dim,
+            spec.action_dim,
+            spec.env_state_dim if config.use_env_state else 0,
+            dict(spec.cameras) if config.use_images else {},
+            config.latent_dim,
+            config.hidden_dims,
+            config.cnn_channels,
+            max_step_rad=config.max_step_rad,
+            horizon=config.horizon,
+            control_rate_hz=config.control_rate_hz,
+        )
         if spec.action_dim > spec.state_dim:
             raise ConfigError(f"sac needs action_dim <= state_dim (deltas from the state), got {spec}")
         super().__init__(net, config, config.target_entropy_per_dim * spec.action_dim, seed=seed)
@@ -81,24 +89,29 @@ class Sac(SacCore):
             with torch.no_grad():
                 target = reward + c.discount * (1.0 - done) * self._soft_next_value(next_obs)
             critic = self._regress_critics(obs, action, target)
-        return self._actor_temperature_step(obs, critic,
-                                            batch_metrics(sample.staleness, sample.intervention, sample.is_demo))
+        return self._actor_temperature_step(
+            obs, critic, batch_metrics(sample.staleness, sample.intervention, sample.is_demo)
+        )
 
     def _tensors(self, s: TransitionSample):
         """(obs, unit action (B, A), reward (B,), done (B,) float, next_obs); images shifted."""
         obs = self._augment(observation_tensors(s.state, s.env_state, s.images, self.net))
         next_obs = self._augment(observation_tensors(s.next_state, s.next_env_state, s.next_images, self.net))
-        unit = torch.from_numpy(delta_to_unit(np.asarray(s.action, np.float32), np.asarray(s.state, np.float32),
-                                              self.net.max_step_rad))
+        unit = torch.from_numpy(
+            delta_to_unit(np.asarray(s.action, np.float32), np.asarray(s.state, np.float32), self.net.max_step_rad)
+        )
         reward = torch.as_tensor(np.asarray(s.reward, np.float32))
         done = torch.as_tensor(np.asarray(s.done, np.float32))
         return obs, unit, reward, done, next_obs
 
     def _augment(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: random_shift(v, self.config.shift_px, self.generator) if k.startswith("image.") else v
-                for k, v in obs.items()}
+        return {
+            k: random_shift(v, self.config.shift_px, self.generator) if k.startswith("image.") else v
+            for k, v in obs.items()
+        }
 
     # --- serving ---------------------------------------------------------------------------
     def served_policy(self) -> SacChunkPolicy:
-        return SacChunkPolicy(copy.deepcopy(self.actor), seed=self.seed,
-                              deterministic=self.config.deterministic_serving)
+        return SacChunkPolicy(
+            copy.deepcopy(self.actor), seed=self.seed, deterministic=self.config.deterministic_serving
+        )

@@ -123,8 +123,9 @@ class SacCore:
         next_unit, next_log_prob = self.actor.head(next_features, self.generator)
         return self.critic_target(next_features, to_action(next_unit)).min(0).values - self.alpha * next_log_prob
 
-    def _regress_critics(self, obs: dict[str, torch.Tensor], action: torch.Tensor,
-                         target: torch.Tensor) -> tuple[float, float, float]:
+    def _regress_critics(
+        self, obs: dict[str, torch.Tensor], action: torch.Tensor, target: torch.Tensor
+    ) -> tuple[float, float, float]:
         """One critic step: every critic's Q(obs, action) regressed on the (B,) `target`,
         then the Polyak target update. Returns (loss, mean Q, gradient norm)."""
         q = self.critic(self.actor.encoder(obs), action)
@@ -133,8 +134,13 @@ class SacCore:
         soft_update(self.critic_target, self.critic, self.config.tau)
         return float(loss.detach()), float(q.detach().mean()), grad
 
-    def _actor_temperature_step(self, obs: dict[str, torch.Tensor], critic: tuple[float, float, float],
-                                data: dict[str, float], to_action: ToAction = _identity) -> dict[str, float]:
+    def _actor_temperature_step(
+        self,
+        obs: dict[str, torch.Tensor],
+        critic: tuple[float, float, float],
+        data: dict[str, float],
+        to_action: ToAction = _identity,
+    ) -> dict[str, float]:
         """One actor step and one temperature step on `obs`, which ends the update. Returns
         the update's metrics, with `critic` (the last `_regress_critics` result) and `data`
         (`batch_metrics` of the last batch)."""
@@ -146,10 +152,18 @@ class SacCore:
         self._step("temperature", temperature_loss, [self.log_alpha])
         self.updates += 1
         critic_loss, q_mean, critic_grad = critic
-        return {"loss_critic": critic_loss, "loss_actor": float(actor_loss.detach()),
-                "loss_temperature": float(temperature_loss.detach()), "temperature": float(self.alpha.detach()),
-                "entropy": float(-log_prob.detach().mean()), "q_mean": q_mean, "grad_norm": critic_grad,
-                "grad_norm_actor": actor_grad, "ess": 1.0, **data}
+        return {
+            "loss_critic": critic_loss,
+            "loss_actor": float(actor_loss.detach()),
+            "loss_temperature": float(temperature_loss.detach()),
+            "temperature": float(self.alpha.detach()),
+            "entropy": float(-log_prob.detach().mean()),
+            "q_mean": q_mean,
+            "grad_norm": critic_grad,
+            "grad_norm_actor": actor_grad,
+            "ess": 1.0,
+            **data,
+        }
 
     def _critic_params(self) -> list[torch.nn.Parameter]:
         return [*self.critic.parameters(), *self.actor.encoder.parameters()]
@@ -167,11 +181,16 @@ class SacCore:
         return save_weights_bytes(self.actor.state_dict())
 
     def state_dict(self) -> dict:
-        return {"actor": module_state(self.actor), "critic": module_state(self.critic),
-                "critic_target": module_state(self.critic_target), "log_alpha": self.log_alpha.detach().clone(),
-                "optim": {k: optimizer_state(o) for k, o in self.optim.items()},
-                "generator": self.generator.get_state(), "updates": self.updates,
-                "config": config_json(self.config)}
+        return {
+            "actor": module_state(self.actor),
+            "critic": module_state(self.critic),
+            "critic_target": module_state(self.critic_target),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "optim": {k: optimizer_state(o) for k, o in self.optim.items()},
+            "generator": self.generator.get_state(),
+            "updates": self.updates,
+            "config": config_json(self.config),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         check_saved_config(state, self.config, self.name)

@@ -24,8 +24,9 @@ MUTABLE = ("meta/info.json", "meta/stats.json", "meta/tasks.parquet")
 
 
 def _dataset_files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if p.is_file() and COMMIT_DIR not in p.relative_to(root).parts)
+    return sorted(
+        str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and COMMIT_DIR not in p.relative_to(root).parts
+    )
 
 
 def commit(root: Path) -> None:
@@ -61,8 +62,7 @@ def recover(root: Path) -> bool:
             repaired = True
     for rel in MUTABLE:
         saved = snapshot / rel.replace("/", "__")
-        if saved.is_file() and (not (root / rel).is_file()
-                                or saved.read_bytes() != (root / rel).read_bytes()):
+        if saved.is_file() and (not (root / rel).is_file() or saved.read_bytes() != (root / rel).read_bytes()):
             log.warning("restoring %s from the last commit", rel)
             shutil.copyfile(saved, root / rel)
             repaired = True

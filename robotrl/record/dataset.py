@@ -56,8 +56,9 @@ class FrameTable:
         return sum(t.numel() for t in self.images.values())
 
 
-def require_features(features: dict, root: Path, cameras: tuple[str, ...], use_env_state: bool,
-                     action_key: str = F.ACTION) -> None:
+def require_features(
+    features: dict, root: Path, cameras: tuple[str, ...], use_env_state: bool, action_key: str = F.ACTION
+) -> None:
     """ConfigError naming the first feature the training needs that the dataset lacks."""
     needed = [F.STATE, action_key] + [F.image_key(c) for c in cameras] + ([F.ENV_STATE] if use_env_state else [])
     for key in needed:
@@ -66,8 +67,14 @@ def require_features(features: dict, root: Path, cameras: tuple[str, ...], use_e
             raise ConfigError(f"dataset {root} has no feature {key!r} (it has: {have})")
 
 
-def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image_size_px: int = 64,
-                use_env_state: bool = False, progress: bool = True, action_key: str = F.ACTION) -> FrameTable:
+def load_frames(
+    root: Path,
+    cameras: tuple[str, ...] = ("front", "wrist"),
+    image_size_px: int = 64,
+    use_env_state: bool = False,
+    progress: bool = True,
+    action_key: str = F.ACTION,
+) -> FrameTable:
     """Read the dataset at `root` into RAM (HF hub offline: set HF_HUB_OFFLINE=1). The
     training targets come from `action_key`: "action" (executed) or "action.teleop" (what
     the teleop asked for: the clean labels of a `record --perturb` dataset)."""
@@ -107,14 +114,21 @@ def load_frames(root: Path, cameras: tuple[str, ...] = ("front", "wrist"), image
         for cam in cameras:
             key = F.image_key(cam)
             ts = (timestamps[first:last] + meta[f"videos/{key}/from_timestamp"]).tolist()
-            frames = decode_video_frames(root / ds.meta.get_video_file_path(ep, key), ts, ds.tolerance_s,
-                                         backend="pyav", return_uint8=True)
+            frames = decode_video_frames(
+                root / ds.meta.get_video_file_path(ep, key), ts, ds.tolerance_s, backend="pyav", return_uint8=True
+            )
             images[cam][first:last] = resize_images(frames, image_size_px)
     return FrameTable(
-        states=data[F.STATE].astype(np.float32), actions=data[action_key].astype(np.float32),
-        env_states=data[F.ENV_STATE].astype(np.float32) if use_env_state else None, images=images,
-        task_ids=data["task_index"].reshape(-1).astype(np.int64), tasks=tasks,
-        episode_start=start, episode_end=end, fps=float(ds.fps))
+        states=data[F.STATE].astype(np.float32),
+        actions=data[action_key].astype(np.float32),
+        env_states=data[F.ENV_STATE].astype(np.float32) if use_env_state else None,
+        images=images,
+        task_ids=data["task_index"].reshape(-1).astype(np.int64),
+        tasks=tasks,
+        episode_start=start,
+        episode_end=end,
+        fps=float(ds.fps),
+    )
 
 
 def _episode_bounds(episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

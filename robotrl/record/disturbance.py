@@ -34,6 +34,6 @@ class Disturbance:
 
     def __call__(self) -> np.ndarray:
         """(J,) offset in radians to add to this tick's target; the last joint (gripper) is 0."""
-        kick = self._rng.normal(0.0, self.std_rad * math.sqrt(1.0 - self.decay ** 2), len(self._offset) - 1)
+        kick = self._rng.normal(0.0, self.std_rad * math.sqrt(1.0 - self.decay**2), len(self._offset) - 1)
         self._offset[:-1] = self.decay * self._offset[:-1] + kick
         return self._offset.copy()

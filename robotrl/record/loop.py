@@ -55,8 +55,7 @@ class EpisodeOutcome:
     """Wall-clock time from the first tick to the last frame (reset excluded)."""
 
 
-def make_frame(obs: Observation, step: Step, cmd: TeleopCommand, t0_s: float,
-               env_state_dim: int) -> dict:
+def make_frame(obs: Observation, step: Step, cmd: TeleopCommand, t0_s: float, env_state_dim: int) -> dict:
     """The dataset frame of one tick (observation before the action, action after safety)."""
     frame = {
         F.STATE: obs.state.q_rad.astype(np.float32),
@@ -74,8 +73,14 @@ def make_frame(obs: Observation, step: Step, cmd: TeleopCommand, t0_s: float,
     return frame
 
 
-def record_episode(session: Session, teleop: TeleopDevice, writer: DatasetWriter, seed: int,
-                   max_ticks: int, disturbance: Disturbance | None = None) -> EpisodeOutcome:
+def record_episode(
+    session: Session,
+    teleop: TeleopDevice,
+    writer: DatasetWriter,
+    seed: int,
+    max_ticks: int,
+    disturbance: Disturbance | None = None,
+) -> EpisodeOutcome:
     """Record one episode into `writer`'s buffer (the caller saves or discards it).
     `disturbance`: offsets added to the teleop's targets before safety (DART)."""
     wall_start = time.perf_counter()
@@ -102,7 +107,12 @@ def record_episode(session: Session, teleop: TeleopDevice, writer: DatasetWriter
         if step.done or events.ends_episode:
             break
     return EpisodeOutcome(
-        frames=frames, success=success and not events.failure if events else success,
-        rerecord=bool(events and events.rerecord), stop=bool(events and events.stop),
-        overruns=session.overruns - overruns_before, duration_s=obs.state.timestamp_s - t0_s,
-        wall_s=time.perf_counter() - wall_start, ticks_wall_s=time.perf_counter() - ticks_start)
+        frames=frames,
+        success=success and not events.failure if events else success,
+        rerecord=bool(events and events.rerecord),
+        stop=bool(events and events.stop),
+        overruns=session.overruns - overruns_before,
+        duration_s=obs.state.timestamp_s - t0_s,
+        wall_s=time.perf_counter() - wall_start,
+        ticks_wall_s=time.perf_counter() - ticks_start,
+    )

@@ -33,19 +33,48 @@ class RecordSummary:
         return asdict(self)
 
 
-def record_dataset(session: Session, teleop: TeleopDevice, writer: DatasetWriter, *, episodes: int,
-                   seed: int, max_ticks: int, keep_failed: bool, max_attempts: int | None = None,
-                   progress=None, disturbance: Disturbance | None = None) -> RecordSummary:
-    """Record until `episodes` are saved (or a stop event). Failed episodes are discarded
-    unless `keep_failed`; a re-record event repeats the same seed."""
+@dataclass(frozen=True)
+class RecordConfig:
+    """How many episodes to record, and which to keep."""
+
+    episodes: int = 10
+    """Episodes to save."""
+    seed: int = 0
+    """Seed of the first episode (sim)."""
+    max_ticks: int = 600
+    """Longest episode, ticks (20 s at 30 Hz)."""
+    keep_failed: bool = False
+    """Store episodes that did not succeed (a real arm's always are: it has no success)."""
+    max_attempts: int | None = None
+    """Give up after this many episodes; None: 3 x episodes + 5."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1 or self.max_ticks < 1:
+            raise UserError(f"need episodes >= 1 and max_ticks >= 1, got {self.episodes}, {self.max_ticks}")
+
+
+def record_dataset(
+    session: Session,
+    teleop: TeleopDevice,
+    writer: DatasetWriter,
+    config: RecordConfig,
+    *,
+    progress=None,
+    disturbance: Disturbance | None = None,
+) -> RecordSummary:
+    """Record until `config.episodes` are saved (or a stop event). Failed episodes are
+    discarded unless `config.keep_failed`; a re-record event repeats the same seed."""
     summary = RecordSummary()
-    max_attempts = max_attempts or 3 * episodes + 5
+    episodes, seed, max_ticks, keep_failed = config.episodes, config.seed, config.max_ticks, config.keep_failed
+    max_attempts = config.max_attempts or 3 * episodes + 5
     attempts = 0
     while summary.episodes_saved < episodes:
         attempts += 1
         if attempts > max_attempts:
-            raise UserError(f"gave up after {max_attempts} attempts: only {summary.episodes_saved} "
-                            f"of {episodes} episodes succeeded (use --keep-failed to store failures)")
+            raise UserError(
+                f"gave up after {max_attempts} attempts: only {summary.episodes_saved} "
+                f"of {episodes} episodes succeeded (use --keep-failed to store failures)"
+            )
         outcome = record_episode(session, teleop, writer, seed, max_ticks, disturbance)
         summary.overruns += outcome.overruns
         summary.loop_wall_s += outcome.wall_s

@@ -1,23 +1,14 @@
-"""Choosing a teleop device from command-line options (`robotrl record --teleop`,
-`robotrl deploy --intervene`)."""
+"""Choosing a teleop device: `TeleopConfig` and `make_teleop` (`robotrl record --teleop`,
+`robotrl actor --intervene`)."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 from robotrl.core.errors import UserError
 
 TELEOPS = ("expert", "keyboard", "gamepad", "leader", "replay")
-
-
-def add_device_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of the leader and replay devices."""
-    parser.add_argument("--leader-port", help="leader teleop: serial port of the leader arm")
-    parser.add_argument("--leader-id", default="leader", help="leader teleop: lerobot calibration id")
-    parser.add_argument("--replay-root", type=Path, help="replay teleop: dataset whose actions are replayed")
-    parser.add_argument("--replay-episode", type=int, default=0, help="replay teleop: episode index")
 
 
 @dataclass(frozen=True)
@@ -38,17 +29,13 @@ class TeleopConfig:
     """expert: noise on its Cartesian reference, metres."""
 
 
-def teleop_config(name: str, args: argparse.Namespace) -> TeleopConfig:
-    """The `TeleopConfig` of device `name` from the options of `add_device_arguments`."""
-    return TeleopConfig(name, args.leader_port, args.leader_id, args.replay_root, args.replay_episode,
-                        float(getattr(args, "noise", 0.0) or 0.0))
-
-
 def make_teleop(cfg: TeleopConfig, session):
     """The teleop device `cfg.name` for `session` (a `TaskEnv` or `RobotSession`)."""
     name = cfg.name
     if name == "expert":
-        if not hasattr(session, "make_expert"):
+        from robotrl.sim.env import TaskEnv
+
+        if not isinstance(session, TaskEnv):
             raise UserError(f"teleop {name} needs --robot sim (the scripted expert knows the sim task)")
         from robotrl.sim.teleop import ExpertTeleop
 

@@ -65,8 +65,7 @@ class DatasetWriter:
         resume: append to an existing dataset whose features match.
     """
 
-    def __init__(self, root: Path, features: dict[str, dict], fps: int, robot_type: str,
-                 resume: bool = False) -> None:
+    def __init__(self, root: Path, features: dict[str, dict], fps: int, robot_type: str, resume: bool = False) -> None:
         self.root = Path(root)
         self.repo_id = f"local/{self.root.name}"
         self.features = features
@@ -148,8 +147,15 @@ class DatasetWriter:
         options: dict[str, Any] = dict(streaming_encoding=True, rgb_encoder=encoder, video_backend="pyav")
         if self._fresh:
             self._dataset = LeRobotDataset.create(
-                self.repo_id, self.fps, self.features, root=self.root, robot_type=self.robot_type,
-                use_videos=True, metadata_buffer_size=1, **options)
+                self.repo_id,
+                self.fps,
+                self.features,
+                root=self.root,
+                robot_type=self.robot_type,
+                use_videos=True,
+                metadata_buffer_size=1,
+                **options,
+            )
             self._fresh = False
         else:
             self._dataset = LeRobotDataset.resume(self.repo_id, root=self.root, **options)

@@ -40,8 +40,13 @@ def sample_tau(n: int) -> torch.Tensor:
     return 1.0 - (0.001 + 0.999 * u)
 
 
-def flow_matching_loss(model: FastSlowModel, normalizer: Normalizer, batch: Batch,
-                       flow_samples: int = 4, row_weights: torch.Tensor | None = None) -> torch.Tensor:
+def flow_matching_loss(
+    model: FastSlowModel,
+    normalizer: Normalizer,
+    batch: Batch,
+    flow_samples: int = 4,
+    row_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Mean squared velocity error over real (and, with RTC, postfix) rows.
 
     The slow latent and the conditioning are computed once per example and shared by

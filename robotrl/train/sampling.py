@@ -59,9 +59,17 @@ def example_indices(t, k, j, horizon: int, episode_start, episode_end) -> Exampl
     return ExampleIndices(np.asarray(image), np.asarray(state), chunk, mask, np.asarray(state - image))
 
 
-def sample_examples(rng: np.random.Generator, batch_size: int, num_frames: int, horizon: int, k_max: int,
-                    latent_delay_max: int, episode_start: np.ndarray, episode_end: np.ndarray,
-                    k_zero_prob: float = 0.0) -> ExampleIndices:
+def sample_examples(
+    rng: np.random.Generator,
+    batch_size: int,
+    num_frames: int,
+    horizon: int,
+    k_max: int,
+    latent_delay_max: int,
+    episode_start: np.ndarray,
+    episode_end: np.ndarray,
+    k_zero_prob: float = 0.0,
+) -> ExampleIndices:
     """Uniform frames t, k ~ U{0..k_max}, j ~ U{0..latent_delay_max}; with `k_zero_prob` > 0
     an example gets k = 0 with that probability and k ~ U{0..k_max} otherwise."""
     t = rng.integers(0, num_frames, batch_size)

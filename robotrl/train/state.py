@@ -46,8 +46,9 @@ def optimizer_from_flat(tensors: dict[str, torch.Tensor], rest: dict) -> dict:
     return {"state": state, "param_groups": rest["param_groups"]}
 
 
-def save_training_state(path: Path, optimizer: torch.optim.Optimizer, step: int, rng: np.random.Generator,
-                        extra: dict | None = None) -> None:
+def save_training_state(
+    path: Path, optimizer: torch.optim.Optimizer, step: int, rng: np.random.Generator, extra: dict | None = None
+) -> None:
     tensors, rest = optimizer_to_flat(optimizer)
     tensors["torch_rng"] = torch.get_rng_state()
     doc = {"step": step, "optimizer": rest, "numpy_rng": rng.bit_generator.state, **(extra or {})}
@@ -64,8 +65,9 @@ def load_training_state(path: Path, optimizer: torch.optim.Optimizer, rng: np.ra
     """Restore optimizer, torch and numpy RNG in place; return the JSON document."""
     path = Path(path)
     if not (path / TENSORS_FILE).is_file() or not (path / JSON_FILE).is_file():
-        raise ConfigError(f"{path} has no training state to resume from ({TENSORS_FILE}, {JSON_FILE}); "
-                          "train without --resume")
+        raise ConfigError(
+            f"{path} has no training state to resume from ({TENSORS_FILE}, {JSON_FILE}); train without --resume"
+        )
     tensors = load_file(str(path / TENSORS_FILE))
     doc = json.loads((path / JSON_FILE).read_text())
     torch.set_rng_state(tensors.pop("torch_rng"))

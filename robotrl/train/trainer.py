@@ -125,18 +125,33 @@ def policy_config(frames: FrameTable, cfg: TrainConfig) -> FastSlowConfig:
         raise ConfigError("use_env_state needs frames loaded with use_env_state=True")
     age_max = max(int(overrides.get("max_age_ticks", FastSlowConfig.max_age_ticks)), cfg.k_max + cfg.latent_delay_max)
     env_state_dim = frames.env_states.shape[1] if use_env and frames.env_states is not None else 0
-    return FastSlowConfig(**{**overrides, "state_dim": frames.states.shape[1], "action_dim": frames.actions.shape[1],
-                             "control_rate_hz": frames.fps,
-                             "env_state_dim": env_state_dim,
-                             "max_age_ticks": age_max, "rtc_train": cfg.rtc_train})
+    return FastSlowConfig(
+        **{
+            **overrides,
+            "state_dim": frames.states.shape[1],
+            "action_dim": frames.actions.shape[1],
+            "control_rate_hz": frames.fps,
+            "env_state_dim": env_state_dim,
+            "max_age_ticks": age_max,
+            "rtc_train": cfg.rtc_train,
+        }
+    )
 
 
 def fit_normalizer(frames: FrameTable, config: FastSlowConfig, ee: np.ndarray | None = None) -> Normalizer:
     """Statistics over every frame's state and the (offset 0) chunk starting there."""
     starts = np.arange(frames.num_frames)
     idx, mask = chunk_indices(starts, config.horizon, frames.episode_end)
-    return Normalizer.fit(config.action_mode, frames.states, frames.actions[idx], frames.states, mask,
-                          frames.env_states if config.use_env_state else None, ee, config.ee_features_arm or None)
+    return Normalizer.fit(
+        config.action_mode,
+        frames.states,
+        frames.actions[idx],
+        frames.states,
+        mask,
+        frames.env_states if config.use_env_state else None,
+        ee,
+        config.ee_features_arm or None,
+    )
 
 
 class Trainer:
@@ -153,9 +168,18 @@ class Trainer:
             self.config = FastSlowConfig.from_dict(resume_doc["config"])
             self.vocab = Vocabulary(resume_doc["vocabulary"])
             self.normalizer = Normalizer.from_dict(resume_doc["normalization"])
-        self.frames = frames if frames is not None else load_frames(
-            cfg.dataset, tuple(self._policy_field("cameras")), self._policy_field("image_size_px"),
-            self._policy_field("use_env_state"), progress=progress, action_key=cfg.action_key)
+        self.frames = (
+            frames
+            if frames is not None
+            else load_frames(
+                cfg.dataset,
+                tuple(self._policy_field("cameras")),
+                self._policy_field("image_size_px"),
+                self._policy_field("use_env_state"),
+                progress=progress,
+                action_key=cfg.action_key,
+            )
+        )
         if resume_doc is None:
             self.config = policy_config(self.frames, cfg)
         self.ee = None
@@ -188,8 +212,17 @@ class Trainer:
 
     def batch(self) -> Batch:
         cfg, c, f = self.cfg, self.config, self.frames
-        idx = sample_examples(self.rng, cfg.batch_size, f.num_frames, c.horizon, cfg.k_max, cfg.latent_delay_max,
-                              f.episode_start, f.episode_end, cfg.k_zero_prob)
+        idx = sample_examples(
+            self.rng,
+            cfg.batch_size,
+            f.num_frames,
+            c.horizon,
+            cfg.k_max,
+            cfg.latent_delay_max,
+            f.episode_start,
+            f.episode_end,
+            cfg.k_zero_prob,
+        )
         image_idx = torch.from_numpy(idx.image)
         images = [self._shift(f.images[cam][image_idx]) for cam in c.cameras]
         env_state = None
@@ -199,11 +232,17 @@ class Trainer:
         prefix = None
         if cfg.rtc_train:
             prefix = torch.from_numpy(self.rng.integers(0, min(cfg.rtc_max_prefix, c.horizon - 1) + 1, cfg.batch_size))
-        return Batch(images=images, tokens=self.tokens[f.task_ids[idx.image]],
-                     state=torch.from_numpy(f.states[idx.state]), chunk=torch.from_numpy(f.actions[idx.chunk]),
-                     mask=torch.from_numpy(idx.mask), age=torch.from_numpy(idx.age),
-                     env_state=env_state,
-                     prefix_rows=prefix, ee=None if self.ee is None else self.ee[torch.from_numpy(idx.state)])
+        return Batch(
+            images=images,
+            tokens=self.tokens[f.task_ids[idx.image]],
+            state=torch.from_numpy(f.states[idx.state]),
+            chunk=torch.from_numpy(f.actions[idx.chunk]),
+            mask=torch.from_numpy(idx.mask),
+            age=torch.from_numpy(idx.age),
+            env_state=env_state,
+            prefix_rows=prefix,
+            ee=None if self.ee is None else self.ee[torch.from_numpy(idx.state)],
+        )
 
     def _shift(self, images: torch.Tensor) -> torch.Tensor:
         s = self.cfg.shift_px
@@ -212,7 +251,7 @@ class Trainer:
         n, _, h, w = images.shape
         padded = torch.nn.functional.pad(images.float(), (s, s, s, s), mode="replicate").to(torch.uint8)
         dx, dy = self.rng.integers(0, 2 * s + 1, n), self.rng.integers(0, 2 * s + 1, n)
-        return torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+        return torch.stack([padded[i, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w] for i in range(n)])
 
     def policy(self) -> FastSlowPolicy:
         """The model as a policy (shares the weights; puts the model in eval mode)."""
@@ -220,11 +259,15 @@ class Trainer:
 
     def save(self) -> None:
         cfg = self.cfg
-        extra = {"step": self.step, "dataset": str(cfg.dataset), "frames": self.frames.num_frames,
-                 "episodes": self.frames.num_episodes, "train_config": _jsonable(asdict(cfg))}
+        extra = {
+            "step": self.step,
+            "dataset": str(cfg.dataset),
+            "frames": self.frames.num_frames,
+            "episodes": self.frames.num_episodes,
+            "train_config": _jsonable(asdict(cfg)),
+        }
         self.policy().save(cfg.out, extra)
-        save_training_state(cfg.out, self.optimizer, self.step, self.rng,
-                            {"losses": self.losses, "evals": self.evals})
+        save_training_state(cfg.out, self.optimizer, self.step, self.rng, {"losses": self.losses, "evals": self.evals})
 
     def evaluate(self) -> dict:
         from robotrl.inference.evaluation import evaluate
@@ -233,19 +276,20 @@ class Trainer:
             raise ConfigError("TrainConfig: evaluation needs a task (--task reach|pick_place)")
         result = evaluate(self.policy(), self.cfg.task, self.cfg.eval_episodes, progress=self.progress)
         result["step"] = self.step
-        self.evals.append({k: result[k] for k in ("step", "success_rate", "wilson95_low", "wilson95_high",
-                                                  "mean_ticks")})
+        self.evals.append(
+            {k: result[k] for k in ("step", "success_rate", "wilson95_low", "wilson95_high", "mean_ticks")}
+        )
         return result
 
     def train(self, until_step: int | None = None) -> TrainResult:
-        """Train to `cfg.steps` (or stop early at `until_step`, as an interruption would),
-        then save."""
+        """Train to `cfg.steps` or the time budget (then evaluate, with `eval_episodes`), or
+        stop early at `until_step` as an interruption would; then save."""
         from tqdm import tqdm
 
         cfg = self.cfg
         last = cfg.steps if until_step is None else min(until_step, cfg.steps)
         start = time.perf_counter()
-        ema = None
+        ema, out_of_time = None, False
         with tqdm(total=cfg.steps, initial=self.step, desc="training", unit="step", disable=not self.progress) as bar:
             while self.step < last:
                 elapsed_s = time.perf_counter() - start
@@ -268,25 +312,30 @@ class Trainer:
                 out_of_time = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
                 if cfg.eval_every and cfg.eval_episodes and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
                     r = self.evaluate()
-                    bar.write(f"step {self.step}: success {r['success_rate']:.0%} "
-                              f"[{r['wilson95_low']:.0%}, {r['wilson95_high']:.0%}]")
+                    bar.write(
+                        f"step {self.step}: success {r['success_rate']:.0%} "
+                        f"[{r['wilson95_low']:.0%}, {r['wilson95_high']:.0%}]"
+                    )
                 if self.step % cfg.save_every == 0 or out_of_time:
                     self.save()
                 if out_of_time:
                     log.warning("time budget of %.0f s reached at step %d", cfg.time_budget_s, self.step)
                     break
-        if cfg.eval_episodes and self.step == cfg.steps:
+        if cfg.eval_episodes and (self.step == cfg.steps or out_of_time):  # finished, not interrupted
             self.evaluate()
         self.save()
-        return TrainResult(self.policy(), self.step, time.perf_counter() - start, self.losses, self.evals,
-                           self.model.num_parameters)
+        return TrainResult(
+            self.policy(), self.step, time.perf_counter() - start, self.losses, self.evals, self.model.num_parameters
+        )
 
 
-def train(cfg: TrainConfig, resume: bool = False, frames: FrameTable | None = None,
-          progress: bool = True) -> TrainResult:
+def train(
+    cfg: TrainConfig, resume: bool = False, frames: FrameTable | None = None, progress: bool = True
+) -> TrainResult:
     if not resume and _has_training_state(cfg.out):
-        raise ConfigError(f"{cfg.out} already holds a training run; pass --resume to continue it "
-                          "or choose another --out")
+        raise ConfigError(
+            f"{cfg.out} already holds a training run; pass --resume to continue it or choose another --out"
+        )
     if resume and not _has_training_state(cfg.out):
         raise ConfigError(f"nothing to resume at {cfg.out}")
     trainer = Trainer(cfg, frames, progress)

@@ -45,23 +45,34 @@ class ClientSocket:
     `last_decode_ns` (poll), `last_sent_bytes` (send, all frames).
     """
 
-    def __init__(self, endpoint: str, *, robot_id: str = "", role: str = "robot",
-                 client_info: dict[str, Any] | None = None, curve: ClientKeys | None = None,
-                 heartbeat_s: float = 1.0, missed_heartbeats: int = 3, reconnect_ivl_ms: int = 100,
-                 reconnect_ivl_max_ms: int = 2000, jpeg_quality: int | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        robot_id: str = "",
+        role: str = "robot",
+        client_info: dict[str, Any] | None = None,
+        curve: ClientKeys | None = None,
+        heartbeat_s: float = 1.0,
+        missed_heartbeats: int = 3,
+        reconnect_ivl_ms: int = 100,
+        reconnect_ivl_max_ms: int = 2000,
+        jpeg_quality: int | None = None,
+    ) -> None:
         if heartbeat_s <= 0 or missed_heartbeats < 1:
-            raise ValueError(f"heartbeat_s={heartbeat_s}, missed_heartbeats={missed_heartbeats}: "
-                             "both must be positive")
+            raise ValueError(f"heartbeat_s={heartbeat_s}, missed_heartbeats={missed_heartbeats}: both must be positive")
         self.endpoint = endpoint
-        self.hello = Hello(protocol_version=PROTOCOL_VERSION, role=role, robot_id=robot_id,
-                           client_info=dict(client_info or {}))
+        self.hello = Hello(
+            protocol_version=PROTOCOL_VERSION, role=role, robot_id=robot_id, client_info=dict(client_info or {})
+        )
         self.heartbeat_s = heartbeat_s
         self.missed_heartbeats = missed_heartbeats
         self.reconnect_ivl_ms = reconnect_ivl_ms
         self.reconnect_ivl_max_ms = reconnect_ivl_max_ms
         self.jpeg_quality = jpeg_quality
-        self._curve = None if curve is None else (*load_keypair(curve.secret_file),
-                                                  load_public_key(curve.server_public_file))
+        self._curve = (
+            None if curve is None else (*load_keypair(curve.secret_file), load_public_key(curve.server_public_file))
+        )
         self._ctx = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self.ready = False
@@ -85,7 +96,8 @@ class ClientSocket:
             if remaining <= 0:
                 raise TransportTimeout(
                     f"no hello from a server at {self.endpoint} within {timeout_s:.3g} s: is it running "
-                    "there, and with CURVE, is this client's public key in its allowed-clients folder?")
+                    "there, and with CURVE, is this client's public key in its allowed-clients folder?"
+                )
             try:
                 msg = self._poll(remaining, until_ready=True)
             except PeerLost:
@@ -196,8 +208,10 @@ class ClientSocket:
         if self._unanswered >= self.missed_heartbeats:
             silent_s = now - self._last_rx_s
             self.close()
-            raise PeerLost(f"server at {self.endpoint} silent for {silent_s:.2f} s "
-                           f"({self.missed_heartbeats} heartbeats unanswered); reconnecting on the next poll()")
+            raise PeerLost(
+                f"server at {self.endpoint} silent for {silent_s:.2f} s "
+                f"({self.missed_heartbeats} heartbeats unanswered); reconnecting on the next poll()"
+            )
         self._probe()
 
     def _probe(self) -> None:

@@ -37,7 +37,8 @@ _INDEX = struct.Struct("<I")
 _MAX_NDIM = 32
 _ALLOWED_DTYPES: dict[bytes, np.dtype] = {
     np.dtype(code).newbyteorder(order).str.encode(): np.dtype(code).newbyteorder(order)
-    for code in "?bBhHiIlLqQefdFD" for order in ("<", ">")
+    for code in "?bBhHiIlLqQefdFD"
+    for order in ("<", ">")
 }
 
 Buffer = bytes | bytearray | memoryview
@@ -58,8 +59,9 @@ _local = threading.local()
 ext hooks of the shared msgspec encoder and decoder find them here."""
 
 
-def encode(msg: Message, *, jpeg_quality: int | None = None,
-           inline_limit_bytes: int = INLINE_LIMIT_BYTES) -> list[Buffer]:
+def encode(
+    msg: Message, *, jpeg_quality: int | None = None, inline_limit_bytes: int = INLINE_LIMIT_BYTES
+) -> list[Buffer]:
     """Frames of `msg`: [msgpack payload, raw buffer 1, ...] (see the module docstring).
 
     `jpeg_quality` (1-100): compress the uint8 (H, W, 3) RGB arrays of an
@@ -99,8 +101,15 @@ def decode(frames: Buffer | Sequence[Buffer]) -> Message:
         msg = _DECODER.decode(parts[0])
     except ProtocolError:
         raise
-    except (msgspec.MsgspecError, ValueError, TypeError, OverflowError, RecursionError,
-            MemoryError, struct.error) as exc:
+    except (
+        msgspec.MsgspecError,
+        ValueError,
+        TypeError,
+        OverflowError,
+        RecursionError,
+        MemoryError,
+        struct.error,
+    ) as exc:
         raise ProtocolError(f"not a valid robotrl message (protocol {PROTOCOL_VERSION}): {exc}") from None
     finally:
         _local.frames = None
@@ -116,15 +125,19 @@ def _enc_hook(obj: Any) -> Any:
         return msgspec.msgpack.Ext(EXT_JPEG, obj.data)
     if isinstance(obj, np.generic) and obj.dtype.str.encode() in _ALLOWED_DTYPES:
         return obj.item()
-    raise ProtocolError(f"cannot send a {type(obj).__name__} ({obj!r:.60}): use numbers, "
-                        "strings, bytes, lists, dicts and numeric numpy arrays")
+    raise ProtocolError(
+        f"cannot send a {type(obj).__name__} ({obj!r:.60}): use numbers, "
+        "strings, bytes, lists, dicts and numeric numpy arrays"
+    )
 
 
 def _encode_array(arr: np.ndarray, frames: list[Buffer], inline_limit_bytes: int) -> msgspec.msgpack.Ext:
     dtype = arr.dtype.str.encode()
     if dtype not in _ALLOWED_DTYPES:
-        raise ProtocolError(f"cannot send an array of dtype {arr.dtype}: only bool, integer, float "
-                            "and complex arrays travel (convert it, e.g. with .astype(np.float32))")
+        raise ProtocolError(
+            f"cannot send an array of dtype {arr.dtype}: only bool, integer, float "
+            "and complex arrays travel (convert it, e.g. with .astype(np.float32))"
+        )
     if arr.ndim > _MAX_NDIM:
         raise ProtocolError(f"cannot send an array with {arr.ndim} dimensions (at most {_MAX_NDIM})")
     raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data
@@ -153,8 +166,10 @@ def _decode_ext(code: int, data: memoryview) -> np.ndarray:
         raw = memoryview(frames[index])
     expected = math.prod(shape) * dtype.itemsize
     if raw.nbytes != expected:
-        raise ProtocolError(f"array of shape {shape} and dtype {dtype} needs {expected} bytes, "
-                            f"got {raw.nbytes} (truncated or corrupt message)")
+        raise ProtocolError(
+            f"array of shape {shape} and dtype {dtype} needs {expected} bytes, "
+            f"got {raw.nbytes} (truncated or corrupt message)"
+        )
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
@@ -168,10 +183,12 @@ def _read_header(data: memoryview) -> tuple[np.dtype, tuple[int, ...], int]:
     end = _HEAD.size + dtype_len + 8 * ndim
     if len(data) < end:
         raise ProtocolError("array header truncated")
-    dtype = _ALLOWED_DTYPES.get(bytes(data[_HEAD.size:_HEAD.size + dtype_len]))
+    dtype = _ALLOWED_DTYPES.get(bytes(data[_HEAD.size : _HEAD.size + dtype_len]))
     if dtype is None:
-        raise ProtocolError(f"array dtype {bytes(data[_HEAD.size:_HEAD.size + dtype_len])!r} is not "
-                            "allowed: only bool, integer, float and complex arrays travel")
+        raise ProtocolError(
+            f"array dtype {bytes(data[_HEAD.size : _HEAD.size + dtype_len])!r} is not "
+            "allowed: only bool, integer, float and complex arrays travel"
+        )
     shape = struct.unpack_from(f"<{ndim}Q", data, _HEAD.size + dtype_len)
     return dtype, shape, end
 
@@ -192,12 +209,10 @@ def _cv2():
 
 def _to_jpeg(image: Any, quality: int) -> Any:
     """`image` as a `JpegImage` if it is a uint8 (H, W, 3) RGB array, else unchanged."""
-    if not (isinstance(image, np.ndarray) and image.dtype == np.uint8
-            and image.ndim == 3 and image.shape[2] == 3):
+    if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
         return image
     cv2 = _cv2()
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR),
-                           [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
     if not ok:
         raise ProtocolError(f"OpenCV could not JPEG-encode an image of shape {image.shape}")
     return JpegImage(buf.tobytes())

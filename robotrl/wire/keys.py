@@ -19,10 +19,12 @@ import zmq.auth
 
 from robotrl.core.errors import WireError
 
-_BANNER = ("#   ****  Generated on {when} by robotrl keys  ****\n"
-           "#   ZeroMQ CURVE {kind} Certificate\n"
-           "#   {advice}\n\n"
-           "metadata\ncurve\n")
+_BANNER = (
+    "#   ****  Generated on {when} by robotrl keys  ****\n"
+    "#   ZeroMQ CURVE {kind} Certificate\n"
+    "#   {advice}\n\n"
+    "metadata\ncurve\n"
+)
 
 
 @dataclass(frozen=True)
@@ -62,11 +64,18 @@ def write_keypair(folder: Path, name: str, overwrite: bool = False) -> tuple[Pat
                 raise FileExistsError(f"{path} exists: choose another --name, or pass --force to replace it")
     public, secret = zmq.curve_keypair()
     when = datetime.datetime.now().isoformat(timespec="seconds")
-    _write(public_file, _BANNER.format(when=when, kind="Public", advice="Give this file to the peer.")
-           + f'    public-key = "{public.decode()}"\n', mode=0o644)
-    _write(secret_file, _BANNER.format(when=when, kind="**Secret**",
-                                       advice="DO NOT PROVIDE THIS FILE TO OTHER USERS.")
-           + f'    public-key = "{public.decode()}"\n    secret-key = "{secret.decode()}"\n', mode=0o600)
+    _write(
+        public_file,
+        _BANNER.format(when=when, kind="Public", advice="Give this file to the peer.")
+        + f'    public-key = "{public.decode()}"\n',
+        mode=0o644,
+    )
+    _write(
+        secret_file,
+        _BANNER.format(when=when, kind="**Secret**", advice="DO NOT PROVIDE THIS FILE TO OTHER USERS.")
+        + f'    public-key = "{public.decode()}"\n    secret-key = "{secret.decode()}"\n',
+        mode=0o600,
+    )
     return public_file, secret_file
 
 
@@ -85,8 +94,9 @@ def load_public_key(key_file: Path) -> bytes:
 
 def _load(path: Path) -> tuple[bytes, bytes | None]:
     if not Path(path).is_file():
-        raise FileNotFoundError(f"CURVE key file {path} not found: "
-                                "create one with `robotrl keys --out DIR --name NAME`")
+        raise FileNotFoundError(
+            f"CURVE key file {path} not found: create one with `robotrl keys --out DIR --name NAME`"
+        )
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (ValueError, OSError) as exc:

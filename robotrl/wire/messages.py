@@ -151,6 +151,16 @@ class TransitionBatch(_Message, tag="transitions"):
     success: bool = False
 
 
-Message = (Hello | HelloReply | ObservationRequest | ChunkReply | ErrorReply | Heartbeat
-           | HeartbeatAck | WeightsAnnouncement | WeightsRequest | TransitionBatch)
+Message = (
+    Hello
+    | HelloReply
+    | ObservationRequest
+    | ChunkReply
+    | ErrorReply
+    | Heartbeat
+    | HeartbeatAck
+    | WeightsAnnouncement
+    | WeightsRequest
+    | TransitionBatch
+)
 """Any message of the protocol."""

@@ -47,8 +47,14 @@ class ServerSocket:
     reports: `last_decode_ns` (recv), `last_encode_ns` (send).
     """
 
-    def __init__(self, endpoint: str, *, curve: ServerKeys | None = None,
-                 server_info: dict[str, Any] | None = None, peer_expiry_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        curve: ServerKeys | None = None,
+        server_info: dict[str, Any] | None = None,
+        peer_expiry_s: float = 60.0,
+    ) -> None:
         self.server_info = dict(server_info or {})
         self.peer_expiry_s = peer_expiry_s
         self.peers: dict[bytes, Hello] = {}
@@ -79,8 +85,10 @@ class ServerSocket:
     def _start_curve(self, curve: ServerKeys) -> None:
         public, secret = load_keypair(curve.secret_file)
         if not curve.allowed_clients_dir.is_dir():
-            raise FileNotFoundError(f"allowed-clients folder {curve.allowed_clients_dir} not found: "
-                                    "create it and copy the clients' public .key files into it")
+            raise FileNotFoundError(
+                f"allowed-clients folder {curve.allowed_clients_dir} not found: "
+                "create it and copy the clients' public .key files into it"
+            )
         self._auth = zmq.auth.thread.ThreadAuthenticator(self._ctx, log=log)
         self._auth.start()
         self._auth.configure_curve(domain="*", location=str(curve.allowed_clients_dir))
@@ -156,11 +164,16 @@ class ServerSocket:
             log.debug("client %s (%s %r) said hello", identity.hex(), msg.role, msg.robot_id)
             self._expire_peers()
             self.peers[identity] = msg
-            self._reply(identity, HelloReply(ok=True, protocol_version=PROTOCOL_VERSION,
-                                             server_info=self.server_info))
+            self._reply(identity, HelloReply(ok=True, protocol_version=PROTOCOL_VERSION, server_info=self.server_info))
         elif identity not in self.peers:
-            self._reply(identity, ErrorReply(request_id=getattr(msg, "request_id", -1), code="hello_required",
-                                             message="say hello first (the server restarted?)"))
+            self._reply(
+                identity,
+                ErrorReply(
+                    request_id=getattr(msg, "request_id", -1),
+                    code="hello_required",
+                    message="say hello first (the server restarted?)",
+                ),
+            )
         elif isinstance(msg, Heartbeat):
             self._reply(identity, HeartbeatAck(sent_time_ns=msg.sent_time_ns))
         else:
@@ -197,11 +210,13 @@ def send_frames(sock: zmq.Socket, frames: list, timeout_s: float, endpoint: str,
             return
         except zmq.Again:
             if time.monotonic() >= deadline:
-                raise TransportTimeout(f"could not send on {endpoint} within {timeout_s:.3g} s: "
-                                       "the peer is not reading (or not connected)") from None
+                raise TransportTimeout(
+                    f"could not send on {endpoint} within {timeout_s:.3g} s: the peer is not reading (or not connected)"
+                ) from None
             time.sleep(_SEND_RETRY_S)
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
-                raise PeerLost(f"client {identity.hex() if identity else '?'} is not connected to "
-                               f"{endpoint} any more") from None
+                raise PeerLost(
+                    f"client {identity.hex() if identity else '?'} is not connected to {endpoint} any more"
+                ) from None
             raise

@@ -49,8 +49,10 @@ def weight_endpoints(endpoint: str) -> tuple[str, str]:
     except ValueError:
         port = None
     if parts.scheme != "tcp" or port is None or not parts.hostname:
-        raise ValueError(f"weight endpoint must look like tcp://host:port (the latest-weights socket "
-                         f"is on port + 1), got {endpoint!r}")
+        raise ValueError(
+            f"weight endpoint must look like tcp://host:port (the latest-weights socket "
+            f"is on port + 1), got {endpoint!r}"
+        )
     return f"tcp://{parts.hostname}:{port}", f"tcp://{parts.hostname}:{port + 1}"
 
 
@@ -137,16 +139,23 @@ class WeightPublisher:
                 self._answer(identity, _single_frame(ErrorReply(request_id=-1, code="protocol", message=str(exc))))
                 continue
             if not isinstance(msg, WeightsRequest):
-                reply = ErrorReply(request_id=-1, code="protocol",
-                                   message=f"the weights socket answers WeightsRequest only, not {type(msg).__name__}")
+                reply = ErrorReply(
+                    request_id=-1,
+                    code="protocol",
+                    message=f"the weights socket answers WeightsRequest only, not {type(msg).__name__}",
+                )
                 self._answer(identity, _single_frame(reply))
                 continue
             with self._lock:
                 latest = self._latest
             if latest is None or latest[0] <= msg.newer_than:
                 newest = -1 if latest is None else latest[0]
-                self._answer(identity, _single_frame(ErrorReply(
-                    request_id=-1, code="none_newer", message=f"newest weights are version {newest}")))
+                self._answer(
+                    identity,
+                    _single_frame(
+                        ErrorReply(request_id=-1, code="none_newer", message=f"newest weights are version {newest}")
+                    ),
+                )
             else:
                 self._answer(identity, latest[1])
                 self.requests_answered += 1
@@ -177,8 +186,16 @@ class WeightSubscriber:
         handed_over: versions passed to `on_weights`, in order.
     """
 
-    def __init__(self, pub_endpoint: str, latest_endpoint: str, on_weights: Callable[[int, bytes], None], *,
-                 newer_than: int = -1, request_timeout_s: float = 2.0, refresh_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        pub_endpoint: str,
+        latest_endpoint: str,
+        on_weights: Callable[[int, bytes], None],
+        *,
+        newer_than: int = -1,
+        request_timeout_s: float = 2.0,
+        refresh_s: float = 5.0,
+    ) -> None:
         if request_timeout_s <= 0 or refresh_s <= 0:
             raise ValueError(f"request_timeout_s={request_timeout_s} and refresh_s={refresh_s} must be positive")
         self.pub_endpoint, self.latest_endpoint = pub_endpoint, latest_endpoint

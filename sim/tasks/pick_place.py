@@ -73,14 +73,18 @@ class PickPlaceTask:
         for color, rgba in COLORS.items():
             cube = spec.worldbody.add_body(name=f"cube_{color}", pos=[0.2, 0, CUBE_HALF_M])
             cube.add_freejoint(name=f"cube_{color}")
-            cube.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF_M] * 3, rgba=rgba,
-                          mass=CUBE_MASS_KG, friction=[1.2, 0.01, 0.001])
+            cube.add_geom(
+                type=mujoco.mjtGeom.mjGEOM_BOX,
+                size=[CUBE_HALF_M] * 3,
+                rgba=rgba,
+                mass=CUBE_MASS_KG,
+                friction=[1.2, 0.01, 0.001],
+            )
         tray = spec.worldbody.add_body(name="bin", mocap=True, pos=[0.18, BIN_Y_ABS_M, 0])
         outer = BIN_INNER_HALF_M + BIN_WALL_M
         for sx, sy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
             half = [BIN_WALL_M, outer, BIN_HEIGHT_M / 2] if sx else [outer, BIN_WALL_M, BIN_HEIGHT_M / 2]
-            pos = [sx * (BIN_INNER_HALF_M + BIN_WALL_M / 2), sy * (BIN_INNER_HALF_M + BIN_WALL_M / 2),
-                   BIN_HEIGHT_M / 2]
+            pos = [sx * (BIN_INNER_HALF_M + BIN_WALL_M / 2), sy * (BIN_INNER_HALF_M + BIN_WALL_M / 2), BIN_HEIGHT_M / 2]
             tray.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, pos=pos, size=half, rgba=[0.35, 0.3, 0.25, 1])
 
     def reset(self, robot: SimRobot, rng: np.random.Generator) -> str:
@@ -98,7 +102,7 @@ class PickPlaceTask:
             placed.append(xy)
             yaw = rng.uniform(-np.pi / 4, np.pi / 4)
             adr = robot.model.joint(f"cube_{color}").qposadr[0]
-            data.qpos[adr:adr + 7] = [*xy, CUBE_HALF_M, np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
+            data.qpos[adr : adr + 7] = [*xy, CUBE_HALF_M, np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
         mujoco.mj_forward(robot.model, data)
         self.target_color = str(rng.choice(list(COLORS)))
         return f"put the {self.target_color} cube in the bin"
@@ -110,8 +114,8 @@ class PickPlaceTask:
         """Cube centre (3,) in metres and its yaw in radians."""
         adr = robot.model.joint(f"cube_{color}").qposadr[0]
         qpos = sim_data(robot).qpos
-        pos = qpos[adr:adr + 3].copy()
-        w, x, y, z = qpos[adr + 3:adr + 7]
+        pos = qpos[adr : adr + 3].copy()
+        w, x, y, z = qpos[adr + 3 : adr + 7]
         return pos, float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
 
     def evaluate(self, robot: SimRobot) -> Evaluation:
@@ -122,8 +126,9 @@ class PickPlaceTask:
         success = inside and released
         ee = self._kin.ee_position(robot.q_true_rad)
         shaping = -np.linalg.norm(ee - cube) - np.linalg.norm(cube[:2] - self.bin_m[:2])
-        return Evaluation(reward=float(shaping) + (1.0 if success else 0.0), success=success,
-                          info={"cube_in_bin": inside})
+        return Evaluation(
+            reward=float(shaping) + (1.0 if success else 0.0), success=success, info={"cube_in_bin": inside}
+        )
 
     def env_state(self, robot: SimRobot) -> np.ndarray:
         cubes = [self.cube_pose(robot, c)[0] for c in COLORS]

@@ -36,8 +36,9 @@ class ReachTask:
 
     def build(self, spec: mujoco.MjSpec) -> None:
         body = spec.worldbody.add_body(name="reach_target", mocap=True, pos=[0.25, 0, 0.1])
-        body.add_geom(type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.015, 0, 0], rgba=[0.9, 0.1, 0.1, 1],
-                      contype=0, conaffinity=0)
+        body.add_geom(
+            type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.015, 0, 0], rgba=[0.9, 0.1, 0.1, 1], contype=0, conaffinity=0
+        )
 
     def reset(self, robot: SimRobot, rng: np.random.Generator) -> str:
         self._mocap = robot.model.body("reach_target").mocapid[0]
@@ -61,8 +62,11 @@ class ReachTask:
         dist = float(np.linalg.norm(self._kin.ee_position(robot.q_true_rad) - self.target_m))
         jumped = robot.sim_time_s >= self.jump_tick * robot.spec.dt_s - 1e-9
         success = jumped and dist < TOUCH_M
-        return Evaluation(reward=-dist + (1.0 if success else 0.0), success=success,
-                          info={"distance_m": dist, "jump_tick": self.jump_tick})
+        return Evaluation(
+            reward=-dist + (1.0 if success else 0.0),
+            success=success,
+            info={"distance_m": dist, "jump_tick": self.jump_tick},
+        )
 
     def env_state(self, robot: SimRobot) -> np.ndarray:
         return self.target_m.astype(np.float32)

@@ -1,0 +1,223 @@
+"""The latency / sim2sim benchmark machinery on the simulated arm: ACT ensembling,
+stepped determinism, resumable runs, Ray fan-out, report files, real-time deploy path."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from robotrl.bench import latency, sim2sim
+from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, run_cell
+from robotrl.bench.runner import CACHE_FILE, run_cells
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.inference.ensemble import EnsembleExecutor, ensemble_weights
+from robotrl.inference.executor import LocalChunkSource
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.stepped import STEPPED_MODES, run_stepped_episode
+from robotrl.sim.scenario import get_scenario
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SEED = 100_000
+
+
+@pytest.fixture(scope="module")
+def env():
+    from robotrl.sim.env import TaskEnv
+
+    logging.getLogger("robotrl.hardware.safety").setLevel(logging.ERROR)
+    env = TaskEnv("reach", cameras=())
+    yield env
+    env.close()
+
+
+class TickPolicy:
+    """Every row of a chunk is the home pose with joint 0 at 0.001 x its observation tick."""
+
+    def __init__(self, home: np.ndarray, horizon: int) -> None:
+        self.home, self.horizon = home, horizon
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return PolicyMetadata("tick", self.horizon, len(self.home), 30.0, len(self.home))
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        row = self.home.copy()
+        row[0] += 0.001 * obs.tick
+        return ActionChunk(np.tile(row, (self.horizon, 1)), obs.tick)
+
+    def reset(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("delay", [0, 2])
+def test_ensemble_averages_every_prediction_for_the_tick_oldest_weighted_most(env, delay):
+    h = 5
+    env.reset(0)
+    home = env.robot.read().q_rad.copy()
+    source = LocalChunkSource(TickPolicy(home, h), delay_ticks=delay)
+    executor = EnsembleExecutor(env.robot, source)
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(0)
+    for _ in range(12):
+        runner.tick()
+    for record in executor.trace[delay:]:
+        t = record.tick
+        obs_ticks = np.arange(max(0, t - h + 1), t - delay + 1)  # chunks made at r cover r..r+4, in by r+d
+        w = ensemble_weights(len(obs_ticks))
+        assert record.requested_rad[0] == pytest.approx(home[0] + 0.001 * float(w @ obs_ticks))
+        assert record.obs_tick == round(float(w @ obs_ticks)) and not record.paused
+    assert all(r.paused for r in executor.trace[:delay])
+    assert len(executor.received) == 12 - delay
+
+
+@pytest.mark.parametrize("mode", STEPPED_MODES)
+def test_stepped_episode_is_deterministic_for_a_seed(env, mode):
+    jitter = DelaySpec(2, 6)
+    runs = [
+        run_stepped_episode(env, 3, mode, jitter.draw, threshold=1.0, execute_horizon=15, initial_delay_ticks=6)
+        for _ in range(2)
+    ]
+    a, b = runs
+    assert a.ticks == b.ticks and a.success == b.success and len(a.trace) == len(b.trace)
+    np.testing.assert_array_equal(a.requested_rad(), b.requested_rad())
+    np.testing.assert_array_equal([r.sent_rad for r in a.trace], [r.sent_rad for r in b.trace])
+    assert [(r.chunk_id, r.obs_tick, r.paused) for r in a.trace] == [
+        (r.chunk_id, r.obs_tick, r.paused) for r in b.trace
+    ]
+
+
+def test_cell_records_do_not_depend_on_what_ran_before(env):
+    setup, nominal = BenchSetup(), get_scenario("nominal")
+    cell = Cell(nominal, "vlash", DelaySpec(4, 4), SEED)
+    first = run_cell(setup, cell)
+    run_cell(setup, Cell(nominal, "naive", DelaySpec(2, 6), SEED + 1))
+    assert run_cell(setup, cell) == first
+    assert first["reaction_ticks"] is not None and first["jump_tick"] is not None
+
+
+def test_pick_place_expert_keeps_its_plan_across_chunks():
+    setup = BenchSetup(task="pick_place")
+    record = run_cell(setup, Cell(get_scenario("nominal"), "vlash", DelaySpec(4, 4), 1))
+    assert record["success"] and record["step_clamps"] == 0 and record["reaction_ticks"] is None
+
+
+def test_ray_and_local_give_the_same_episode_records(tmp_path):
+    pytest.importorskip("ray")
+    setup, nominal = BenchSetup(), get_scenario("nominal")
+    cells = [Cell(nominal, mode, DelaySpec(2, 6), SEED + i) for mode in ("sync", "vlash") for i in range(2)]
+    local = run_cells(run_cell, setup, cells, tmp_path / "local", progress=False)
+    remote = run_cells(run_cell, setup, cells, tmp_path / "ray", use_ray=True, progress=False)
+    assert remote == local
+
+
+def test_latency_run_writes_report_and_resumes(tmp_path):
+    setup = BenchSetup()
+    kwargs = dict(
+        delays=[DelaySpec(0, 0), DelaySpec(4, 4)],
+        modes=["sync", "vlash", "ensemble"],
+        episodes=2,
+        seed0=SEED,
+        out_dir=tmp_path,
+        progress=False,
+    )
+    results = latency.run(setup, **kwargs)
+    assert len(results["rows"]) == 6 and {t["target"] for t in results["targets"]}
+    lines = (tmp_path / CACHE_FILE).read_text().splitlines()
+    assert len(lines) == 12
+    again = latency.run(setup, **kwargs)  # every cell cached: nothing runs again
+    assert (tmp_path / CACHE_FILE).read_text().splitlines() == lines
+    assert again["rows"] == results["rows"]
+    loaded = json.loads((tmp_path / "results.json").read_text())
+    assert loaded["rows"][0]["mode"] == "sync"
+    report = (tmp_path / "report.md").read_text()
+    assert "| mode | delay | success | wilson95 |" in report
+    for name in ("success_vs_delay.png", "reaction_time.png", "boundary_jumps.png", "speedup.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG_SIGNATURE
+        assert f"]({name})" in report
+    changed = latency.run(dataclasses.replace(setup, threshold=0.5), **{**kwargs, "modes": ["vlash"], "episodes": 1})
+    assert changed["episode_records"] == 2  # another setup: its own cells, the old lines kept
+    assert len((tmp_path / CACHE_FILE).read_text().splitlines()) == 14
+
+
+def test_cli_latency_smoke(tmp_path):
+    from robotrl.cli import main
+
+    assert (
+        main(
+            [
+                "bench",
+                "latency",
+                "--episodes",
+                "1",
+                "--delays",
+                "2",
+                "--modes",
+                "sync,vlash,ensemble",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    assert json.loads((tmp_path / "latency" / "results.json").read_text())["bench"] == "latency"
+    assert main(["bench", "latency", "--modes", "warp", "--out", str(tmp_path)]) == 2
+    shifted = tmp_path / "shifted"
+    assert (
+        main(
+            [
+                "bench",
+                "latency",
+                "--scenario",
+                "shifted",
+                "--episodes",
+                "1",
+                "--delays",
+                "2",
+                "--modes",
+                "sync",
+                "--out",
+                str(shifted),
+            ]
+        )
+        == 0
+    )
+    assert json.loads((shifted / "latency" / "results.json").read_text())["scenario"] == "shifted"
+    records = [json.loads(line) for line in (shifted / "latency" / CACHE_FILE).read_text().splitlines()]
+    assert [r["scenario"] for r in records] == ["shifted"]  # the episode ran in shifted physics
+
+
+def test_sim2sim_stepped_variants_and_report(tmp_path):
+    results = sim2sim.run(
+        BenchSetup(),
+        modes=["vlash"],
+        delay_a=DelaySpec(2, 2),
+        latency_b=DelaySpec(2, 6),
+        jitter=0.5,
+        episodes=1,
+        realtime_episodes=0,
+        seed0=SEED,
+        out_dir=tmp_path,
+        progress=False,
+    )
+    names = [r["variant"] for r in results["rows"]]
+    assert names[0] == "A (nominal)" and "camera_shift_m" not in names  # the expert reads no camera
+    assert {"friction_scale", "mass_scale", "kp_scale", "damping_scale", "obs_noise_rad", "shifted (all)"} <= set(names)
+    jitter_row = next(r for r in results["rows"] if r["variant"].startswith("control jitter"))
+    assert jitter_row["stepped_b"] is None  # real time only
+    assert (tmp_path / "sim2sim_success.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert "| variant | mode | A->A success |" in (tmp_path / "report.md").read_text()
+
+
+def test_realtime_episode_through_the_deploy_path_with_latency_and_jitter():
+    from robotrl.bench.realtime import RealtimeCell, run_realtime_cell
+
+    cell = RealtimeCell(
+        "latency+jitter", get_scenario("nominal"), "vlash", SEED, max_ticks=30, latency=DelaySpec(2, 3), jitter=0.5
+    )
+    record = run_realtime_cell(BenchSetup(), cell)
+    assert record["key"] == cell.key and record["ticks"] == 30 and record["missed_ticks"] >= 0
+    assert record["delay_p50_ticks"] is not None and record["delay_p50_ticks"] >= 2  # the model sleeps 2-3 ticks

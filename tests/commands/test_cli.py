@@ -1,0 +1,200 @@
+"""CLI smoke tests: `main([...])` in-process with tiny budgets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from robotrl.cli import main
+
+
+def test_help_is_fast_and_lists_every_command():
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "robotrl.cli", "--help"], capture_output=True, text=True, check=True)
+    assert time.perf_counter() - start < 5.0  # lazy imports: no torch, mujoco or lerobot
+    for command in (
+        "devices",
+        "sim",
+        "record",
+        "train",
+        "serve",
+        "deploy",
+        "actor",
+        "learner",
+        "learn",
+        "bench",
+        "keys",
+        "demo",
+    ):
+        assert command in out.stdout
+
+
+BENCHES = ["sim", "record", "transport", "serve", "policy", "buffer", "learner", "latency", "sim2sim"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sim",
+        "record",
+        "train",
+        "serve",
+        "deploy",
+        "actor",
+        "learner",
+        "learn",
+        "keys",
+        "demo",
+        "devices",
+        *(f"bench {name}" for name in BENCHES),
+    ],
+)
+def test_every_option_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*command.split(), "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    options = [line for line in text.splitlines() if line.strip().startswith("--")]
+    assert options, text
+    for line in options:  # "--flag VALUE   help text" or the help on the next line
+        assert len(line.split()) >= 2 or line.strip().endswith("]"), f"{command}: {line!r} has no help"
+
+
+def test_sim_expert_runs_and_reports(capsys):
+    assert main(["sim", "--task", "reach", "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "success 2/2" in out
+
+
+def test_sim_writes_video_and_png(tmp_path):
+    video, pngs = tmp_path / "run.mp4", tmp_path / "png"
+    assert (
+        main(
+            [
+                "sim",
+                "--task",
+                "reach",
+                "--episodes",
+                "1",
+                "--image-size",
+                "48",
+                "--video",
+                str(video),
+                "--png",
+                str(pngs),
+            ]
+        )
+        == 0
+    )
+    assert video.stat().st_size > 1000
+    png = next(pngs.glob("*.png"))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["sim", "--task", "juggle"], "unknown task 'juggle'"),
+        (["sim", "--policy", "oracle"], "unknown policy 'oracle'"),
+        (["sim", "--arm", "ur5"], "unknown robot model 'ur5'"),
+        (["deploy", "--task", "reach"], "give --policy CKPT"),
+        (["deploy", "--policy", "/nonexistent/ckpt"], "does not exist"),
+        (["deploy", "--robot", "so101", "--server", "tcp://127.0.0.1:1"], "needs --port"),
+        (["deploy", "--mode", "telepathic", "--server", "tcp://127.0.0.1:1"], "unknown mode"),
+        (
+            [
+                "actor",
+                "--robot",
+                "so101",
+                "--port",
+                "/dev/null",
+                "--intervene",
+                "scripted",
+                "--server",
+                "tcp://127.0.0.1:1",
+            ],
+            "scripted interventions and --stepped-delay are for simulated arms",
+        ),
+        (["learn", "--task", "reach"], "needs --policy CKPT"),
+        (["learner", "--algo", "sac"], "give --buffer and --out"),
+        (["learner", "--config", "/nonexistent/learner.json"], "cannot read the config file"),
+        (["record", "--robot", "so101", "--root", "/tmp/never-created-robotrl"], "needs --port"),
+    ],
+)
+def test_bad_input_is_one_clear_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_deploy_to_a_missing_server_times_out_clearly(capsys):
+    # nothing listens on port 1: the client gives up after its connect timeout
+    assert main(["deploy", "--server", "tcp://127.0.0.1:1", "--task", "reach"]) == 2
+    assert "no hello from a server" in capsys.readouterr().err
+
+
+def test_bench_sim_writes_results(tmp_path, capsys):
+    assert main(["bench", "sim", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "sim" / "results.json").read_text())
+    assert results["raw_mj_step_per_s"] > 1000 and results["control_steps_per_s"] > 100
+    assert results["render_fps_224"] > 1
+
+
+@pytest.mark.slow
+def test_demo_runs_every_stage_with_tiny_budgets(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    out = tmp_path / "demo"
+    assert (
+        main(
+            [
+                "demo",
+                "--out",
+                str(out),
+                "--episodes",
+                "1",
+                "--record-episodes",
+                "3",
+                "--train-minutes",
+                "0.2",
+                "--deploy-episodes",
+                "1",
+                "--latency-episodes",
+                "1",
+                "--online-episodes",
+                "2",
+            ]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    for stage in range(1, 7):
+        assert f"stage {stage}/6" in text
+    assert (out / "dataset" / "meta" / "info.json").is_file()
+    assert (out / "policy" / "model.safetensors").is_file()
+    assert (out / "bench" / "latency" / "report.md").is_file()
+    assert "inference delay (ticks)" in text  # the deploy stage ran over the local server
+    assert len((out / "online" / "actors.csv").read_text().splitlines()) == 3  # header + 2 online episodes
+    assert (out / "online" / "learner" / "checkpoint" / "meta.json").is_file()  # the learner stopped cleanly
+    assert "unassisted success in the shifted scenario on 10 evaluation seeds" in text  # before and after
+    assert "MISSED" not in text and "target (" not in text  # targets belong to `robotrl bench`
+
+
+def test_each_benchmark_has_only_its_own_options(capsys):
+    def options(name: str) -> set[str]:
+        with pytest.raises(SystemExit):
+            main(["bench", name, "--help"])
+        return {word.strip(",") for word in capsys.readouterr().out.split() if word.startswith("--")}
+
+    assert options("transport") == {"--help", "--out", "--repeats"}
+    assert "--jitter" in options("latency") and "--jitter" not in options("sim2sim")
+    assert "--slow-every" in options("policy") and "--delays" not in options("policy")
+
+
+def test_bench_policy_needs_a_checkpoint(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "policy"])
+    assert exc.value.code == 2 and "--policy" in capsys.readouterr().err

@@ -1,0 +1,243 @@
+"""The executor in stepped mode on the simulated reach task (the simulator is the test
+double): continuity at chunk boundaries, naive vs VLASH, sync pauses, success, and a
+lost chunk source."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robotrl.core.policy import ActionChunk, PolicyObservation
+from robotrl.core.robot import RobotState
+from robotrl.hardware.safety import SafetyLimits
+from robotrl.inference.chunking import boundary_discontinuity_ratio
+from robotrl.inference.executor import Executor, ExecutorConfig, LocalChunkSource, step_limit_rad
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.stepped import ExpertChunkPolicy, run_stepped_episode
+
+H = 16
+SEEDS = range(3)
+
+
+@pytest.fixture(scope="module")
+def env():
+    from robotrl.sim.env import TaskEnv
+
+    env = TaskEnv("reach", cameras=())
+    yield env
+    env.close()
+
+
+def _boundary_ratio(episode) -> float:
+    return boundary_discontinuity_ratio(episode.requested_rad(), episode.switch_ticks())
+
+
+def test_local_source_delivers_after_the_injected_delay():
+    class Constant:
+        def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+            return ActionChunk(np.zeros((2, 1)), obs.tick + obs.delay_ticks)
+
+    source = LocalChunkSource(Constant(), delay_ticks=3)
+    source.request(PolicyObservation(np.zeros(1), tick=5, delay_ticks=3))
+    assert source.poll(7) is None
+    assert source.poll(8).start_tick == 8 and source.poll(8) is None
+    drawn = [LocalChunkSource(Constant(), lambda rng: int(rng.integers(0, 100)), seed=7) for _ in range(2)]
+    for s in drawn:
+        s.request(PolicyObservation(np.zeros(1), tick=0))
+    assert drawn[0]._pending[0][0] == drawn[1]._pending[0][0]  # same seed, same draw
+
+
+@pytest.mark.parametrize("delay", [0, H // 2, H - 1])
+def test_vlash_boundaries_stay_within_the_safety_step(env, delay):
+    limit = step_limit_rad(env.robot)  # SO-101 at 30 Hz: 3 rad/s / 30 = 0.1 rad (gripper 5/30)
+    for seed in SEEDS:
+        ep = run_stepped_episode(env, seed, "vlash", delay, H)
+        requested = ep.requested_rad()
+        assert len(ep.switch_ticks()) >= 3
+        for k in ep.switch_ticks():
+            assert np.all(np.abs(requested[k] - requested[k - 1]) <= limit + 1e-9), (seed, k)
+        assert ep.step_clamps == 0
+        assert all(r.delay_ticks == delay for r in ep.trace if not r.paused)
+        assert all(r.tick - r.obs_tick >= delay for r in ep.trace if not r.paused)
+
+
+@pytest.mark.parametrize("delay", [4, H // 2])
+def test_naive_jumps_more_than_vlash_at_chunk_boundaries(env, delay):
+    naive = [run_stepped_episode(env, seed, "naive", delay, H) for seed in SEEDS]
+    vlash = [run_stepped_episode(env, seed, "vlash", delay, H) for seed in SEEDS]
+    naive_ratio = np.median([_boundary_ratio(e) for e in naive])
+    vlash_ratio = np.median([_boundary_ratio(e) for e in vlash])
+    assert naive_ratio > 1.5 * vlash_ratio, (naive_ratio, vlash_ratio)
+    assert sum(e.step_clamps for e in naive) > 0 == sum(e.step_clamps for e in vlash)
+
+
+def test_sync_pauses_for_every_chunk(env):
+    delay = 4
+    ep = run_stepped_episode(env, 0, "sync", delay, H, execute_horizon=8)
+    chunks = len(ep.received)
+    assert delay * chunks <= ep.pauses <= delay * (chunks + 1)  # the last wait may be cut short
+    paused = [r for r in ep.trace if r.paused]
+    for prev, cur in zip(ep.trace, ep.trace[1:]):
+        if cur.paused and prev.paused:
+            np.testing.assert_array_equal(cur.sent_rad, prev.sent_rad)  # the arm holds still
+    assert all(r.chunk_id == -1 for r in paused)
+    assert run_stepped_episode(env, 0, "vlash", delay, H).pauses == delay  # the first chunk only
+    assert run_stepped_episode(env, 0, "sync", 0, H, execute_horizon=8).pauses == 0
+
+
+def test_vlash_reaches_the_target_at_delay_4(env):
+    episodes = [run_stepped_episode(env, seed, "vlash", 4, H) for seed in range(10)]
+    assert sum(e.success for e in episodes) >= 9
+
+
+def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
+    seen: list[PolicyObservation] = []
+
+    class Recording(ExpertChunkPolicy):
+        def predict_chunk(self, obs):
+            seen.append(obs)
+            return super().predict_chunk(obs)
+
+    env.reset(0)
+    source = LocalChunkSource(Recording(env.make_expert(0), H, env.spec), delay_ticks=4)
+    executor = Executor(env.robot, source, H, ExecutorConfig("vlash+rtc"), initial_delay_ticks=4)
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(0)
+    for _ in range(40):
+        runner.tick()
+    later = [obs for obs in seen if obs.prefix_rad is not None]
+    assert later and seen[0].prefix_rad is None  # nothing queued before the first chunk
+    for obs in later:
+        start = obs.tick + obs.delay_ticks  # the new chunk's first tick
+        # the chunk in service then: the last one received before the request
+        previous = [r for r in executor.received if r.arrival_tick <= obs.tick][-1].chunk
+        rows = previous.actions_rad[start - previous.start_tick :]
+        assert obs.delay_ticks == 4 and len(obs.prefix_rad) == len(rows) > 0
+        np.testing.assert_allclose(obs.prefix_rad, rows)
+        # s_hat = a_(t+d-1): the previous plan's row just before the new chunk
+        np.testing.assert_allclose(obs.state_rad, previous.actions_rad[start - 1 - previous.start_tick])
+
+
+class BlockedArm:
+    """A robot whose joints stay at `q_rad` whatever it is told (an arm resting on an obstacle)."""
+
+    limits = SafetyLimits()
+
+    def __init__(self, spec, q_rad: np.ndarray) -> None:
+        self.spec, self.q_rad = spec, np.array(q_rad, dtype=np.float64)
+
+    def read(self) -> RobotState:
+        return RobotState(q_rad=self.q_rad.copy(), timestamp_s=0.0)
+
+    def command(self, q_rad: np.ndarray) -> np.ndarray:
+        return np.asarray(q_rad, dtype=np.float64)
+
+
+class Ramp:
+    """Chunks moving every joint 0.01 rad per row on from the observed state."""
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        rows = obs.state_rad + 0.01 * np.arange(1, H + 1)[:, None]
+        return ActionChunk(rows, obs.tick + obs.delay_ticks)
+
+
+@pytest.mark.parametrize("band", [None, 0.03])
+def test_vlash_carries_the_lag_of_a_blocked_arm_beyond_the_deadband(env, band):
+    seen: list[PolicyObservation] = []
+
+    class Recording(Ramp):
+        def predict_chunk(self, obs):
+            seen.append(obs)
+            return super().predict_chunk(obs)
+
+    q = env.spec.lower_rad + 0.5
+    arm = BlockedArm(env.spec, q)
+    executor = Executor(
+        arm,
+        LocalChunkSource(Recording(), delay_ticks=1),
+        H,  # type: ignore[arg-type]
+        ExecutorConfig("vlash", lag_deadband_rad=band),
+        initial_delay_ticks=1,
+    )
+    for _ in range(3 * H):
+        executor.tick(arm.read())
+    assert len(seen) >= 4
+    np.testing.assert_allclose(seen[0].state_rad, q)  # nothing queued yet: the measured arm
+    for obs in seen[1:]:
+        forwarded = executor.trace[obs.tick].requested_rad  # d = 1: the row of the request tick
+        assert np.all(forwarded - q > 0.05)  # the targets ran ahead of the arm
+        if band is None:
+            np.testing.assert_allclose(obs.state_rad, forwarded)
+        else:  # arm joints within the band of where the arm is stuck, the gripper as forwarded
+            np.testing.assert_allclose(obs.state_rad[:-1], q[:-1] + band)
+            np.testing.assert_allclose(obs.state_rad[-1], forwarded[-1])
+
+
+class SourceDown(ConnectionError):
+    pass
+
+
+class FlakySource:
+    """Wraps a source; raises `SourceDown` on every call during ticks [down, up)."""
+
+    def __init__(self, inner: LocalChunkSource, down: int, up: int) -> None:
+        self.inner, self.down, self.up = inner, down, up
+
+    def _check(self, tick: int) -> None:
+        if self.down <= tick < self.up:
+            raise SourceDown(f"no reply at tick {tick}")
+
+    def request(self, obs: PolicyObservation) -> None:
+        self._check(obs.tick)
+        self.inner.request(obs)
+
+    def poll(self, now_tick: int) -> ActionChunk | None:
+        self._check(now_tick)
+        return self.inner.poll(now_tick)
+
+
+def test_lost_source_holds_within_one_tick_and_recovers(env):
+    # d = 4, H = 16, threshold 0.5: requests at ticks 0, 12, 24, ... (8 rows left), so the
+    # reply to the request of tick 24 (due at 28) is in flight when the source fails at 26
+    down, up, delay = 26, 40, 4
+    env.reset(1)
+    clamps_before = env.robot.stats.step_clamps
+    inner = LocalChunkSource(ExpertChunkPolicy(env.make_expert(1), H, env.spec), delay_ticks=delay)
+    executor = Executor(
+        env.robot, FlakySource(inner, down, up), H, initial_delay_ticks=delay, lost_errors=(SourceDown,)
+    )
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(1)
+    while not runner.outcome.done:
+        runner.tick()
+        if executor.now_tick == down + 1:
+            assert executor.lost
+    trace = executor.trace
+    assert not trace[down - 1].paused and trace[down].paused  # holds at the failing tick
+    for r in trace[down : up + delay]:  # down, then the first new chunk needs d ticks
+        assert r.paused
+        np.testing.assert_array_equal(r.sent_rad, trace[down - 1].sent_rad)
+    assert not trace[up + delay].paused and not executor.lost  # resumed
+    assert executor.stale_replies == 1  # the reply in flight at the failure was dropped
+    requested = np.stack([r.requested_rad for r in trace])
+    assert np.all(np.abs(np.diff(requested, axis=0)) <= step_limit_rad(env.robot) + 1e-9)
+    assert env.robot.stats.step_clamps == clamps_before
+    assert runner.outcome.success
+
+
+def test_errors_not_listed_as_lost_propagate(env):
+    env.reset(0)
+    inner = LocalChunkSource(ExpertChunkPolicy(env.make_expert(0), H, env.spec))
+    runner = EpisodeRunner(env.robot, env, Executor(env.robot, FlakySource(inner, 0, 5), H), env.clock)
+    runner.begin(0)
+    with pytest.raises(SourceDown):
+        runner.tick()
+
+
+def test_executor_config_rejects_a_deadband_outside_vlash_and_unknown_modes():
+    with pytest.raises(ValueError, match="vlash mode"):
+        ExecutorConfig("sync", lag_deadband_rad=0.03)
+    with pytest.raises(ValueError, match="deadband >= 0"):
+        ExecutorConfig("vlash", lag_deadband_rad=-0.1)
+    with pytest.raises(ValueError, match="unknown mode 'warp'"):
+        ExecutorConfig("warp")

@@ -1,0 +1,105 @@
+"""The one episode runner: `bench policy` (evaluation) and `deploy` (a real server over
+loopback) give the same trace for the same seed and policy; the runner scores a tick on
+the physics that tick produced, exactly as the tick-by-tick env does."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from robotrl.inference.arm import ArmConfig, open_arm
+from robotrl.inference.evaluation import evaluation_episode, make_env
+from robotrl.inference.executor import ExecutorConfig
+from robotrl.inference.remote import remote_executor
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.server import PolicyServer, ServerConfig
+from robotrl.inference.stepped import run_closed_loop
+from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.normalize import Normalizer
+from robotrl.policies.fastslow.policy import FastSlowPolicy
+from robotrl.policies.fastslow.vocab import Vocabulary
+from robotrl.sim.env import TaskEnv
+from robotrl.sim.rollout import expert_policy
+from robotrl.wire.client import ClientSocket
+
+H, S, SEED = 8, 4, 100_003
+
+
+def state_only_policy() -> FastSlowPolicy:
+    """An untrained state-only fast/slow policy for reach (its latent: the instruction)."""
+    cfg = FastSlowConfig(
+        width=16,
+        cnn_channels=(8, 8),
+        expert_hidden=32,
+        expert_blocks=1,
+        horizon=H,
+        execute_steps=S,
+        flow_steps=2,
+        cameras=(),
+    )
+    torch.manual_seed(0)
+    norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((H, 6)), np.full((H, 6), 0.02))
+    vocab = Vocabulary(["<pad>", "<unk>", "reach"])
+    return FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab)
+
+
+def test_bench_policy_and_deploy_in_stepped_mode_give_identical_traces():
+    policy, config = state_only_policy(), ExecutorConfig("sync", execute_horizon=S)
+    env = make_env(policy, "reach")
+    try:
+        evaluated, _ = evaluation_episode(env, policy, SEED, config)
+    finally:
+        env.close()
+    with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=1)) as server:
+        with ClientSocket(server.endpoint, robot_id="sim-arm") as client:
+            info = client.connect(timeout_s=5)
+            arm = open_arm(ArmConfig("sim", "reach", "nominal"), info, stepped=True)
+            try:
+                executor = remote_executor(arm.robot, client, info, config, robot_id="sim-arm", stepped_delay=0)
+                deployed = EpisodeRunner(arm.robot, arm.task, executor, arm.clock).run(SEED)
+            finally:
+                arm.close()
+    assert deployed.ticks == evaluated.ticks > 4 * H and deployed.success == evaluated.success
+    fields = [(r.tick, r.chunk_id, r.obs_tick, r.paused, r.delay_ticks) for r in evaluated.trace]
+    assert [(r.tick, r.chunk_id, r.obs_tick, r.paused, r.delay_ticks) for r in deployed.trace] == fields
+    assert not any(r.paused for r in evaluated.trace)  # sync with delay 0: a chunk every S ticks, no waiting
+    # the same targets; the wire carries chunks as float32
+    np.testing.assert_allclose(deployed.requested_rad(), evaluated.requested_rad(), atol=1e-5)
+    np.testing.assert_allclose([r.sent_rad for r in deployed.trace], [r.sent_rad for r in evaluated.trace], atol=1e-5)
+    assert len(deployed.received) == len(evaluated.received) == -(-evaluated.ticks // S)
+
+
+def test_the_runner_scores_each_tick_like_the_tick_by_tick_env():
+    """The expert through the runner (one-row chunks) and through `TaskEnv.step` (the
+    recording loop): the same targets, the same success on the same tick."""
+    env = TaskEnv("pick_place", cameras=())
+    try:
+        run = run_closed_loop(env, expert_policy, 7)
+        obs = env.reset(7)
+        act = expert_policy(env, 7)
+        sent, step = [], None
+        while step is None or not step.done:
+            step = env.step(act(obs.state.q_rad))
+            sent.append(step.sent_rad)
+            obs = step.obs
+    finally:
+        env.close()
+    assert run.success and step.success and run.ticks == len(sent) < 200
+    np.testing.assert_array_equal([r.sent_rad for r in run.trace], sent)
+
+
+def test_a_tick_is_scored_on_the_physics_it_produced():
+    """`score(tick)` sees the arm one control period after the command (MuJoCo steps
+    lazily, up to the clock, so an unsynced score would judge the previous tick)."""
+    env = TaskEnv("reach", cameras=())
+    try:
+        env.begin(0)
+        target = env.robot.read().q_rad + np.array([0.05, 0, 0, 0, 0, 0])
+        env.robot.command(target)
+        env.clock.sleep(env.dt_s)
+        env.score(1)
+        assert abs(env.sim.sim_time_s - env.dt_s) < env.sim.model.opt.timestep
+        assert env.sim.q_true_rad[0] > 0.001  # the arm has started toward the target
+    finally:
+        env.close()

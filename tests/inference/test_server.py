@@ -1,0 +1,299 @@
+"""PolicyServer + RemoteChunkSource + Executor over real sockets on loopback."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from robotrl.core.clock import WallClock
+from robotrl.core.errors import WireError
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.inference.executor import Executor, ExecutorConfig
+from robotrl.inference.remote import RemoteChunkSource, remote_executor
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.server import PolicyServer, ServerConfig
+from robotrl.inference.stepped import ExpertChunkPolicy
+from robotrl.sim.env import TaskEnv
+from robotrl.wire.client import ClientSocket
+from robotrl.wire.messages import ChunkReply, ObservationRequest
+
+H = 8
+
+
+class RampPolicy:
+    """Row i of the chunk = forwarded state + (i + 1) * 0.01 on every joint; records the
+    largest batch it was asked for. Sleeps `model_s` per call (simulated model time)."""
+
+    def __init__(self, model_s: float = 0.0) -> None:
+        self.model_s = model_s
+        self.batches: list[int] = []
+        self.version_seen = []
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return PolicyMetadata("ramp", H, 6, 30.0, 6)
+
+    def predict_chunks(self, observations: list[PolicyObservation]) -> list[ActionChunk]:
+        self.batches.append(len(observations))
+        time.sleep(self.model_s)
+        steps = 0.01 * np.arange(1, H + 1)[:, None]
+        return [ActionChunk(obs.state_rad + steps, obs.tick + obs.delay_ticks) for obs in observations]
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        return self.predict_chunks([obs])[0]
+
+    def load_weights(self, weights) -> None:
+        self.version_seen.append(weights)
+
+    def reset(self) -> None:
+        pass
+
+
+def request(robot_id: str, request_id: int, state, tick=10, delay=0, in_flight=None):
+    return ObservationRequest(
+        robot_id=robot_id,
+        request_id=request_id,
+        tick=tick,
+        state=np.asarray(state, dtype=np.float64),
+        in_flight=np.zeros((0, 6)) if in_flight is None else np.asarray(in_flight),
+        delay_ticks=delay,
+    )
+
+
+def test_four_robots_each_get_their_own_chunks():
+    policy = RampPolicy(model_s=0.005)
+    with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", batch_wait_ms=20)) as server:
+        clients = [ClientSocket(server.endpoint, robot_id=f"arm{i}", heartbeat_s=0.5) for i in range(4)]
+        try:
+            for c in clients:
+                c.connect(timeout_s=5)
+            for i, c in enumerate(clients):  # all four in flight at once: one batch
+                c.send(request(f"arm{i}", 100 + i, np.full(6, 0.1 * i), tick=20 + i))
+            for i, c in enumerate(clients):
+                reply = c.recv(timeout_s=5)
+                assert isinstance(reply, ChunkReply) and reply.request_id == 100 + i
+                assert reply.start_tick == 20 + i
+                # row 0 = that robot's own state (0.1 * i) + 0.01
+                np.testing.assert_allclose(reply.actions[0], np.full(6, 0.1 * i + 0.01), atol=1e-6)
+                assert reply.actions.shape == (H, 6)
+        finally:
+            for c in clients:
+                c.close()
+    assert max(policy.batches) >= 2  # requests of different robots were batched
+
+
+def test_server_forwards_the_state_to_the_chunk_start():
+    with PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            in_flight = np.array([[0.1] * 6, [0.2] * 6, [0.3] * 6])
+            reply = client.request(request("arm", 1, np.zeros(6), tick=50, delay=3, in_flight=in_flight), 5)
+    # d = 3 with absolute actions: s_hat = a_(t+d-1) = 0.3; the chunk starts at 50 + 3
+    assert reply.start_tick == 53
+    np.testing.assert_allclose(reply.actions[0], np.full(6, 0.31), atol=1e-6)
+
+
+class TextLatentPolicy:
+    """A fast/slow policy without cameras: the slow latent is the instruction's length,
+    every row of a chunk is latent + 1000 x the latent's age."""
+
+    metadata = PolicyMetadata("text", H, 6, 30.0, 6)
+
+    def encode_slow(self, obs: PolicyObservation) -> float:
+        return float(len(obs.instruction))
+
+    def predict_chunks(self, observations, latents, ages) -> list[ActionChunk]:
+        return [
+            ActionChunk(np.full((H, 6), latent + 1000.0 * age), obs.tick + obs.delay_ticks)
+            for obs, latent, age in zip(observations, latents, ages)
+        ]
+
+    def predict_chunk(self, obs, latent=None, latent_age_ticks=0) -> ActionChunk:
+        return self.predict_chunks([obs], [latent], [latent_age_ticks])[0]
+
+    def reset(self) -> None:
+        pass
+
+
+def test_slow_latent_follows_the_instruction_of_each_episode():
+    """A new instruction (the next episode's task) is encoded before its first chunk, and a
+    latent of the instruction alone (no images) never ages: no episode is served the last
+    episode's task."""
+    red, green = "put the red cube in the bin", "put the green cube in the bin"
+
+    def ask(client, request_id, tick, instruction):
+        req = request("arm", request_id, np.zeros(6), tick=tick)
+        req.instruction = instruction
+        return client.request(req, 5).actions[0, 0]
+
+    with PolicyServer(TextLatentPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            assert ask(client, 1, 0, red) == len(red)
+            assert ask(client, 2, 120, red) == len(red)  # 120 ticks later: still age 0
+            assert ask(client, 3, 0, green) == len(green)  # next episode, other cube
+            assert ask(client, 4, 40, green) == len(green)
+
+
+def test_weights_swap_between_chunks_and_version_in_every_reply():
+    policy = RampPolicy()
+    with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*"), version=1) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            assert client.request(request("arm", 1, np.zeros(6)), 5).version == 1
+            server.set_weights(2, "weights-v2")
+            assert client.request(request("arm", 2, np.zeros(6)), 5).version == 2
+    assert policy.version_seen == ["weights-v2"]
+
+
+def run_deploy(server_endpoint: str, env: TaskEnv, mode: str, seconds: float, seed: int) -> Executor:
+    client = ClientSocket(server_endpoint, robot_id="arm0", heartbeat_s=0.3, missed_heartbeats=2)
+    info = client.connect(timeout_s=5)
+    executor = remote_executor(env.robot, client, info, ExecutorConfig(mode), robot_id="arm0")
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(seed)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            runner.tick()  # paced at 30 Hz on the wall clock
+    finally:
+        client.close()
+    return executor
+
+
+@pytest.mark.parametrize("latency_horizons", [0.0, 1.0, 3.0])
+def test_loopback_deploy_with_injected_latency_is_smooth(latency_horizons):
+    """Real server, real client, MuJoCo arm on the wall clock; the model sleeps 0, 1x or
+    3x the chunk duration (H / 30 Hz). Requested targets never jump more than the safety
+    step at chunk boundaries, and the safety clamp never acts."""
+    env = TaskEnv("reach", cameras=(), clock=WallClock())
+    env.reset(3)
+    policy = ExpertChunkPolicy(env.make_expert(), H, env.spec)
+    slow = SleepyPolicy(policy, latency_horizons * H / 30.0)
+    with PolicyServer(slow, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=2)) as server:
+        executor = run_deploy(server.endpoint, env, "vlash", seconds=2.5, seed=3)
+    env.close()
+    requested = np.stack([r.requested_rad for r in executor.trace])
+    jumps = np.abs(np.diff(requested, axis=0))[:, :5]
+    assert jumps.max() <= 0.1 + 1e-6  # 3 rad/s x 1/30 s
+    assert env.robot.stats.step_clamps == 0
+    assert len(executor.received) >= 2
+
+
+class SleepyPolicy:
+    """Wraps a ChunkPolicy and sleeps `model_s` per call (a slow model)."""
+
+    def __init__(self, policy, model_s: float) -> None:
+        self.policy, self.model_s = policy, model_s
+
+    @property
+    def metadata(self):
+        return self.policy.metadata
+
+    def predict_chunk(self, obs):
+        time.sleep(self.model_s)
+        return self.policy.predict_chunk(obs)
+
+    def reset(self):
+        pass
+
+
+def test_server_killed_mid_run_arm_holds_then_resumes():
+    env = TaskEnv("reach", cameras=(), clock=WallClock())
+    env.reset(5)
+    policy = ExpertChunkPolicy(env.make_expert(), H, env.spec)
+    server = PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=0))
+    server.start()
+    endpoint = server.endpoint
+    client = ClientSocket(endpoint, robot_id="arm0", heartbeat_s=0.2, missed_heartbeats=2)
+    client.connect(timeout_s=5)
+    executor = Executor(
+        env.robot, RemoteChunkSource(client, "arm0", 6, reply_timeout_s=0.5), H, lost_errors=(WireError,)
+    )
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(5)
+    try:
+        for _ in range(20):
+            runner.tick()
+        server.stop()
+        lost_at = len(executor.trace)
+        for _ in range(45):  # 1.5 s without a server
+            runner.tick()
+        assert executor.lost
+        # within one tick of the loss being noticed the arm holds: every later tick is a pause
+        first_pause = next(i for i in range(lost_at, len(executor.trace)) if executor.trace[i].paused)
+        held = executor.trace[first_pause:]
+        assert all(r.paused for r in held)
+        np.testing.assert_allclose([r.requested_rad for r in held], [held[0].requested_rad] * len(held))
+        server = PolicyServer(policy, ServerConfig(endpoint=endpoint, warmup_calls=0))
+        server.start()
+        for _ in range(60):
+            runner.tick()
+        assert not executor.lost
+        assert not executor.trace[-1].paused
+        assert env.robot.stats.step_clamps == 0
+    finally:
+        client.close()
+        server.stop()
+        env.close()
+
+
+class ReachTargetPolicy:
+    """A privileged chunk policy: rows walk the fingertip from the (forwarded) state
+    straight to `obs.env_state` (the reach target) at 0.25 m/s, through pinocchio IK."""
+
+    def __init__(self) -> None:
+        from robotrl.hardware.kinematics import Kinematics
+        from robotrl.hardware.models import get_arm
+
+        self.kin = Kinematics(get_arm("so101"))
+
+    @property
+    def metadata(self) -> PolicyMetadata:
+        return PolicyMetadata("reach_target", H, 6, 30.0, 6, env_state_dim=3)
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        q = np.asarray(obs.state_rad, dtype=np.float64)
+        point = self.kin.ee_position(q)
+        rows = []
+        for _ in range(H):
+            step = np.asarray(obs.env_state, dtype=np.float64) - point
+            point = point + step * min(1.0, (0.25 / 30.0) / max(np.linalg.norm(step), 1e-9))
+            q = self.kin.ik(point, q, joints=slice(0, 4), max_step_rad=0.08, max_iters=20).q_rad
+            rows.append(q.copy())
+        return ActionChunk(np.stack(rows), obs.tick + obs.delay_ticks)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_four_simulated_arms_on_one_server_each_reach_their_own_target():
+    """Four MuJoCo arms in real time, one server: every arm gets chunks toward its own
+    target (a mix-up would send an arm to another arm's target and fail)."""
+    envs = [TaskEnv("reach", cameras=(), clock=WallClock()) for _ in range(4)]
+    with PolicyServer(ReachTargetPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=1)) as server:
+        results = [None] * 4
+
+        def drive(i: int) -> None:
+            env = envs[i]
+            env.reset(100 + i)
+            client = ClientSocket(server.endpoint, robot_id=f"arm{i}", heartbeat_s=0.5)
+            try:
+                info = client.connect(timeout_s=5)
+                executor = remote_executor(env.robot, client, info, ExecutorConfig(), robot_id=f"arm{i}")
+                episode = EpisodeRunner(env.robot, env, executor, env.clock).run(100 + i)
+                results[i] = (episode.success, env.task.jump_tick, env.tick)
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=drive, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    for env in envs:
+        env.close()
+    assert all(r is not None and r[0] for r in results), results

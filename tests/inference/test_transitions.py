@@ -1,0 +1,150 @@
+"""`TransitionStreamer` over a real PUSH/PULL pair, and a full simulated actor episode
+(the episode runner with a `TransitionRecorder`) streaming to a learner socket with the scripted intervener."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zmq
+
+from robotrl.buffer.spec import SpecMismatch, TransitionSpec
+from robotrl.inference.executor import Executor, LocalChunkSource
+from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.stepped import ExpertChunkPolicy
+from robotrl.inference.transitions import TransitionRecorder, TransitionStreamer, resize_image
+from robotrl.wire import codec
+from robotrl.wire.messages import TransitionBatch
+
+SPEC = TransitionSpec(state_dim=3, action_dim=3, cameras={"wrist": (24, 32)}, env_state_dim=2)
+
+
+@pytest.fixture
+def pull():
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.LINGER, 0)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    yield sock, f"tcp://127.0.0.1:{port}"
+    sock.close(linger=0)
+    ctx.term()
+
+
+def receive(sock: zmq.Socket, spec: TransitionSpec) -> list[TransitionBatch]:
+    """Batches until the one with episode_done (bounded waits), each checked against `spec`."""
+    batches = []
+    while not batches or not batches[-1].episode_done:
+        assert sock.poll(10_000), "no transition batch within 10 s"
+        batch = codec.decode(sock.recv_multipart())
+        spec.check(batch)
+        batches.append(batch)
+    return batches
+
+
+def record_rows(streamer: TransitionStreamer, n: int, image_hw=(48, 64)) -> None:
+    for t in range(n):
+        image = np.full((*image_hw, 3), t % 256, np.uint8)
+        streamer.record(
+            t,
+            np.full(3, t, np.float64),
+            {"wrist": image},
+            np.array([t, -t], np.float64),
+            np.full(3, t + 0.5),
+            np.full(3, t + 0.25),
+            reward=-t / 10,
+            intervention=t % 5 == 0,
+            version=t // 8,
+            delay_ticks=2,
+        )
+
+
+def test_batches_every_k_rows_pass_the_spec_and_concatenate_to_the_episode(pull):
+    sock, endpoint = pull
+    with TransitionStreamer(endpoint, "arm0", SPEC, every_ticks=8) as streamer:
+        episode_id = streamer.begin_episode("stack it")
+        record_rows(streamer, 20)
+        streamer.end_episode(success=True)
+        batches = receive(sock, SPEC)
+    assert [len(b.ticks) for b in batches] == [8, 8, 4] and [b.seq for b in batches] == [0, 8, 16]
+    assert [b.episode_done for b in batches] == [False, False, True] and batches[-1].success
+    assert {b.episode_id for b in batches} == {episode_id} and batches[0].instruction == "stack it"
+    ticks = np.concatenate([b.ticks for b in batches])
+    np.testing.assert_array_equal(ticks, np.arange(20))
+    np.testing.assert_array_equal(np.concatenate([b.state for b in batches])[:, 0], np.arange(20))
+    np.testing.assert_allclose(np.concatenate([b.action for b in batches])[:, 1], np.arange(20) + 0.5)
+    np.testing.assert_allclose(np.concatenate([b.reward for b in batches]), -np.arange(20) / 10, rtol=1e-6)
+    assert np.concatenate([b.intervention for b in batches]).sum() == 4  # ticks 0, 5, 10, 15
+    images = np.concatenate([b.images["wrist"] for b in batches])
+    assert images.shape == (20, 24, 32, 3) and images.dtype == np.uint8
+    np.testing.assert_array_equal(images[:, 0, 0, 0], np.arange(20))  # a flat image stays flat (INTER_AREA)
+    assert streamer.sent_batches == 3 and streamer.sent_rows == 20 and streamer.dropped_batches == 0
+
+
+def test_episode_ids_are_unique_and_increase_across_restarts(pull):
+    _, endpoint = pull
+    ids = []
+    for _ in range(2):  # a robot restarted: a new streamer
+        with TransitionStreamer(endpoint, "arm0", SPEC) as streamer:
+            ids += [streamer.begin_episode(), streamer.begin_episode()]
+    assert all(a < b for a, b in zip(ids, ids[1:]))
+
+
+def test_a_dead_learner_never_blocks_record():
+    streamer = TransitionStreamer("tcp://127.0.0.1:1", "arm0", SPEC, every_ticks=1, sndhwm=4, linger_s=0.0)
+    record_rows(streamer, 300, image_hw=(24, 32))
+    streamer.end_episode(success=False)
+    assert streamer.dropped_batches > 0
+    assert streamer.sent_batches + streamer.dropped_batches == 300
+    streamer.close()
+
+
+def test_bad_rows_are_refused_clearly(pull):
+    _, endpoint = pull
+    with TransitionStreamer(endpoint, "arm0", SPEC, every_ticks=1) as streamer:
+        with pytest.raises(ValueError, match="no image from cameras \\['wrist'\\]"):
+            streamer.record(0, np.zeros(3), {}, np.zeros(2), np.zeros(3), np.zeros(3), 0.0, False, 0, 0)
+        streamer.record(
+            0,
+            np.zeros(4),
+            {"wrist": np.zeros((24, 32, 3), np.uint8)},
+            np.zeros(2),
+            np.zeros(3),
+            np.zeros(3),
+            0.0,
+            False,
+            0,
+            0,
+        )
+        with pytest.raises(SpecMismatch, match="state has shape \\(1, 4\\), expected \\(1, 3\\)"):
+            streamer.end_episode(success=False)
+    with pytest.raises(ValueError, match="uint8"):
+        resize_image(np.zeros((4, 4, 3), np.float32), (2, 2))
+
+
+def test_actor_episode_streams_what_was_executed_with_interventions(pull):
+    from robotrl.sim.env import TaskEnv
+    from robotrl.sim.intervener import ScriptedIntervener
+
+    sock, endpoint = pull
+    env = TaskEnv("reach", cameras=())
+    spec = TransitionSpec(state_dim=6, action_dim=6, env_state_dim=3)
+    env.reset(1)
+    policy = ExpertChunkPolicy(env.make_expert(), 8, env.spec, version=3)
+    intervener = ScriptedIntervener(env, takeover_m=0.03, handback_m=0.01, min_ticks=4)
+    try:
+        with TransitionStreamer(endpoint, "arm0", spec, every_ticks=8) as streamer:
+            # a delay of 6 ticks makes the expert-as-policy lag behind the shadow expert
+            executor = Executor(env.robot, LocalChunkSource(policy, 6), 8, intervener=intervener)
+            runner = EpisodeRunner(env.robot, env, executor, env.clock, observers=[TransitionRecorder(streamer)])
+            episode = runner.run(1)
+            batches = receive(sock, spec)
+    finally:
+        env.close()
+    flags = np.concatenate([b.intervention for b in batches])
+    assert len(flags) == episode.ticks == env.tick
+    np.testing.assert_array_equal(flags, [r.intervened for r in episode.trace])
+    assert episode.intervention_ticks == flags.sum() > 0 and episode.takeovers >= 1
+    np.testing.assert_allclose(
+        np.concatenate([b.action for b in batches]), np.stack([r.sent_rad for r in episode.trace]), atol=1e-6
+    )
+    assert episode.versions == [3] and set(np.concatenate([b.version for b in batches])) <= {-1, 3}
+    assert batches[-1].success == episode.success

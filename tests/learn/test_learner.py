@@ -1,0 +1,602 @@
+"""Learner process: crash-safe checkpoints, metrics, the learner loop with real sockets,
+spec rejection, kill -9 and --resume."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from robotrl.learn.metrics import (
+    CsvLog,
+    plot_learning_curves,
+    plot_update_curves,
+    read_csv,
+    rolling_mean,
+    staleness_histogram,
+)
+
+
+def _state(seed: int = 0) -> dict:
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    torch.manual_seed(seed)
+    for p in net.parameters():
+        torch.nn.init.normal_(p)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    net(torch.ones(5, 3)).sum().backward()
+    opt.step()
+    rng = np.random.default_rng(seed)
+    return {
+        "actor": net.state_dict(),
+        "actor_optimizer": opt.state_dict(),
+        "log_alpha": torch.tensor(-1.5),
+        "rng": {"numpy": rng.bit_generator.state, "torch": torch.get_rng_state()},
+        "counts": np.arange(4, dtype=np.int64),
+        "name": "sac",
+        "betas": (0.9, 0.999),
+    }
+
+
+def _assert_same(a, b, path="state"):
+    if isinstance(a, dict):  # an OrderedDict (module state_dict) comes back as a plain dict
+        assert isinstance(b, dict), path
+        assert list(a) == list(b), path
+        for k in a:
+            _assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{path}.{i}")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), path
+    else:
+        assert type(a) is type(b) and a == b, path
+
+
+def test_checkpoint_round_trip_is_exact(tmp_path):
+    state = _state()
+    save_checkpoint(tmp_path / "ckpt", state, {"updates": 7, "version": 2})
+    loaded, meta = load_checkpoint(tmp_path / "ckpt")
+    assert meta == {"updates": 7, "version": 2}
+    _assert_same(state, loaded)
+    # optimizer state dicts (int keys under "state") load back into a fresh optimizer
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    opt.load_state_dict(loaded["actor_optimizer"])
+    assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], state["actor_optimizer"]["state"][0]["exp_avg"])
+    # the numpy RNG resumes the same stream
+    rng = np.random.default_rng()
+    rng.bit_generator.state = loaded["rng"]["numpy"]
+    assert rng.random() == np.random.default_rng(0).random()
+    assert not list(tmp_path.glob("ckpt.*"))  # no .tmp-* or .prev left behind
+
+
+def test_checkpoint_rejects_unstorable_values(tmp_path):
+    with pytest.raises(TypeError, match=r"actor\.blob is a bytes"):
+        save_checkpoint(tmp_path / "ckpt", {"actor": {"blob": b"x"}}, {})
+    assert not checkpoint_exists(tmp_path / "ckpt")
+
+
+def test_crash_before_rename_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt"
+    save_checkpoint(path, {"w": torch.ones(2)}, {"updates": 1})
+
+    def crash(*args):
+        raise KeyboardInterrupt("killed between the tmp write and the rename")
+
+    monkeypatch.setattr(os, "rename", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"w": torch.zeros(2)}, {"updates": 2})
+    monkeypatch.undo()
+    state, meta = load_checkpoint(path)
+    assert meta["updates"] == 1 and torch.equal(state["w"], torch.ones(2))
+
+
+def test_crash_between_the_two_renames_loads_prev(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt"
+    save_checkpoint(path, {"w": torch.ones(2)}, {"updates": 1})
+    real_rename, calls = os.rename, []
+
+    def rename_then_crash(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:  # old -> .prev done, new tmp -> ckpt not yet
+            raise KeyboardInterrupt("killed")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"w": torch.zeros(2)}, {"updates": 2})
+    monkeypatch.undo()
+    assert not path.exists() and checkpoint_exists(path)
+    state, meta = load_checkpoint(path)
+    assert meta["updates"] == 1
+    # a torn tmp folder (crash mid-write) is never loaded and is cleaned up by the next save
+    torn = tmp_path / "ckpt.tmp-torn"
+    torn.mkdir()
+    (torn / "state.safetensors").write_bytes(b"\x00" * 5)
+    save_checkpoint(path, {"w": torch.full((2,), 3.0)}, {"updates": 3})
+    assert load_checkpoint(path)[1]["updates"] == 3 and not torn.exists()
+    assert not (tmp_path / "ckpt.prev").exists()
+
+
+def test_staleness_histogram_and_rolling_mean():
+    # edges 0,1,2,4,8,16,32: 0,0 -> [0,1); 1 -> [1,2); 3 -> [2,4); 40 -> [32,inf); -2 -> first bucket
+    h = staleness_histogram(np.array([0, 0, 1, 3, 40, -2]))
+    assert h == {
+        "stale_0_1": 3,
+        "stale_1_2": 1,
+        "stale_2_4": 1,
+        "stale_4_8": 0,
+        "stale_8_16": 0,
+        "stale_16_32": 0,
+        "stale_32_up": 1,
+    }
+    # windows: [1], [1,0], [0,1], [1,1]
+    assert rolling_mean([1, 0, 1, 1], 2).tolist() == [1.0, 0.5, 0.5, 1.0]
+
+
+def test_csv_log_grows_columns_and_appends_on_reopen(tmp_path):
+    log = CsvLog(tmp_path / "updates.csv")
+    log.write({"updates": 1, "loss": 0.5})
+    log.write({"updates": 2, "loss": 0.25, "ess": 1.0, "ok": True})
+    log.close()
+    log = CsvLog(tmp_path / "updates.csv")
+    assert log.rows_written == 2 and log.columns == ["updates", "loss", "ess", "ok"]
+    log.write({"updates": 3, "loss": float("nan")})
+    log.close()
+    rows = read_csv(tmp_path / "updates.csv")
+    assert [r["updates"] for r in rows] == ["1", "2", "3"]
+    assert rows[0]["ess"] == "" and rows[1]["ess"] == "1" and rows[1]["ok"] == "1" and rows[2]["loss"] == "nan"
+
+
+def test_plot_learning_curves_writes_png(tmp_path):
+    for name, p in (("run", 0.9), ("base", 0.5)):
+        with (tmp_path / f"{name}.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, ["episode", "wall_s", "success", "intervention_rate"])
+            w.writeheader()
+            for i in range(30):
+                w.writerow(
+                    {
+                        "episode": i,
+                        "wall_s": 10 * i,
+                        "success": int(i % 10 < 10 * p),
+                        "intervention_rate": max(0.0, 0.5 - i / 60),
+                    }
+                )
+    png = plot_learning_curves(tmp_path / "run.csv", tmp_path / "curves.png", baseline_csv=tmp_path / "base.csv")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_plot_update_curves_draws_every_loss_term(tmp_path):
+    log = CsvLog(tmp_path / "updates.csv")
+    for i in range(1, 11):
+        log.write(
+            {
+                "updates": 20 * i,
+                "loss_critic": 1.0 / i,
+                "loss_actor": -0.1 * i,
+                "ess": 0.9,
+                "grad_norm": 2.0,
+                "staleness_mean": 0.5,
+                "updates_per_s": 10.0,
+            }
+        )
+    log.close()
+    png = plot_update_curves(tmp_path / "updates.csv", tmp_path / "losses.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+# --- the learner loop: a fake algorithm, the real buffer, real sockets ----------------------
+
+SPEC_DICT = {"state_dim": 2, "action_dim": 2, "cameras": {"front": [8, 8]}, "env_state_dim": 0}
+ROWS = 20  # rows per episode
+BATCH = 5  # rows per TransitionBatch
+
+
+class FakeAlgorithm:
+    """Moves a weight vector w (A,) toward the mean sampled action with Adam; one update
+    per call. Its weights are safetensors {"w": w}."""
+
+    name = "fake"
+
+    def __init__(self, sleep_s: float = 0.0) -> None:
+        self.w = torch.zeros(2, requires_grad=True)
+        self.optimizer = torch.optim.Adam([self.w], lr=0.05)
+        self.sleep_s, self.calls = sleep_s, 0
+
+    def update(self, buffer, learner_version, rng):
+        import time
+
+        s = buffer.sample_transitions(8, learner_version, rng)
+        loss = ((self.w - torch.from_numpy(s.action).mean(0)) ** 2).sum()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self.calls += 1
+        time.sleep(self.sleep_s)
+        return {"loss": float(loss.detach()), "ess": 1.0, "staleness_mean": float(s.staleness.mean()), "grad_norm": 0.0}
+
+    def policy_weights(self) -> bytes:
+        from safetensors.torch import save
+
+        return save({"w": self.w.detach().clone()})
+
+    def served_policy(self):
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {"w": self.w.detach().clone(), "optimizer": self.optimizer.state_dict(), "calls": self.calls}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.w.copy_(state["w"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.calls = state["calls"]
+
+
+def _spec():
+    from robotrl.buffer.spec import TransitionSpec
+
+    return TransitionSpec.from_dict(SPEC_DICT)
+
+
+def _episode_batches(robot_id: str, episode_id: int, interventions: int, success: bool, state_dim: int = 2):
+    """ROWS rows in batches of BATCH; the first `interventions` rows intervened; action = 1 + episode_id / 10."""
+    from robotrl.wire.messages import TransitionBatch
+
+    out = []
+    for seq in range(0, ROWS, BATCH):
+        t = np.arange(seq, seq + BATCH)
+        out.append(
+            TransitionBatch(
+                robot_id=robot_id,
+                episode_id=episode_id,
+                seq=seq,
+                ticks=t,
+                state=np.full((BATCH, state_dim), 0.1, np.float32),
+                action=np.full((BATCH, 2), 1 + episode_id / 10, np.float32),
+                policy_action=np.zeros((BATCH, 2), np.float32),
+                reward=np.where(t == ROWS - 1, 1.0, 0.0).astype(np.float32),
+                intervention=t < interventions,
+                version=np.zeros(BATCH, np.int64),
+                delay_ticks=np.ones(BATCH, np.int64),
+                images={"front": np.full((BATCH, 8, 8, 3), episode_id, np.uint8)},
+                episode_done=seq + BATCH == ROWS,
+                success=success,
+            )
+        )
+    return out
+
+
+def _push(endpoint: str):
+    import zmq
+
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.connect(endpoint)
+    return sock
+
+
+def _send(sock, batches) -> None:
+    from robotrl.wire import codec
+
+    for b in batches:
+        sock.send_multipart(codec.encode(b))
+
+
+def _wait(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog):
+    import threading
+
+    from robotrl.buffer.online import OnlineBuffer
+    from robotrl.learn.learner import Learner, LearnerConfig
+    from robotrl.wire.weights import WeightPublisher, WeightSubscriber
+
+    caplog.set_level("ERROR", logger="robotrl.learn.learner")
+    buffer = OnlineBuffer(tmp_path / "buf", _spec(), 10_000, fsync=False)
+    publisher = WeightPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    algo = FakeAlgorithm()
+    cfg = LearnerConfig(
+        out=tmp_path / "run",
+        transitions_endpoint="tcp://127.0.0.1:*",
+        min_transitions=4 * ROWS,
+        publish_every=5,
+        checkpoint_every=10,
+        log_every=5,
+        max_updates=30,
+        poll_ms=10,
+    )
+    learner = Learner(algo, buffer, publisher, cfg)
+    received = {}
+    subscriber = WeightSubscriber(
+        publisher.pub_endpoint, publisher.latest_endpoint, lambda v, data: received.__setitem__(v, data), refresh_s=0.2
+    )
+    push = _push(learner.transitions_endpoint)
+    # bad input first: a robot with a 3-joint state, then bytes that are no message at all
+    _send(push, _episode_batches("bad", 99, 0, False, state_dim=3)[:1])
+    push.send(b"\x00garbage")
+    for k in range(4):  # episode k: k intervention rows of 20, success on odd episodes
+        _send(push, _episode_batches("arm0", k, k, bool(k % 2)))
+    with subscriber:
+        thread = threading.Thread(target=learner.run)
+        thread.start()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        _wait(lambda: 6 in received, what="weights version 6 at the subscriber")
+    push.close()
+
+    assert (learner.updates, learner.version, learner.rejected, learner.episodes) == (30, 6, 2, 4)
+    assert buffer.committed_transitions == 4 * ROWS and algo.calls == 30
+    assert received[6] == algo.policy_weights()  # what the subscriber got is the final w
+    assert sorted(received)[-1] == 6 and sorted(received) == sorted(set(received))
+    errors = [r.getMessage() for r in caplog.records]
+    assert any("robot 'bad'" in m and "state has shape (5, 3), expected (5, 2)" in m for m in errors), errors
+    assert any("undecodable" in m for m in errors), errors
+
+    episodes = read_csv(tmp_path / "run" / "episodes.csv")
+    assert [float(r["intervention_rate"]) for r in episodes] == [0.0, 0.05, 0.1, 0.15]  # k / 20
+    assert [r["success"] for r in episodes] == ["0", "1", "0", "1"]
+    assert [float(r["episode_return"]) for r in episodes] == [1.0] * 4
+    updates = read_csv(tmp_path / "run" / "updates.csv")
+    assert [int(r["updates"]) for r in updates] == [5, 10, 15, 20, 25, 30]
+    # 8 online rows per update, all made by version 0: staleness = learner version at the time
+    assert int(updates[0]["stale_0_1"]) == 5 * 8 and int(updates[1]["stale_1_2"]) == 5 * 8
+    assert (tmp_path / "run" / "curves.png").is_file()
+    state, meta = load_checkpoint(tmp_path / "run" / "checkpoint")
+    assert meta["updates"] == 30 and meta["version"] == 6 and meta["buffer_cursor"]["committed_transitions"] == 80
+    assert torch.equal(state["algorithm"]["w"], algo.w.detach())
+    learner.close()
+    publisher.close()
+    buffer.close()
+    with pytest.raises(FileExistsError, match="--resume"):
+        Learner(FakeAlgorithm(), buffer, publisher, cfg)
+
+
+LEARNER_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from robotrl.buffer.online import OnlineBuffer
+from robotrl.learn.learner import Learner, LearnerConfig
+from robotrl.wire.weights import WeightPublisher
+from test_learner import FakeAlgorithm, _spec
+buffer = OnlineBuffer(Path({root!r}) / "buf", _spec(), 10_000, fsync=True)
+publisher = WeightPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+cfg = LearnerConfig(out=Path({root!r}) / "run", transitions_endpoint="tcp://127.0.0.1:*", min_transitions=40,
+                    publish_every=5, checkpoint_every=10, log_every=5, poll_ms=10)
+learner = Learner(FakeAlgorithm(sleep_s=0.01), buffer, publisher, cfg)
+print(learner.transitions_endpoint, flush=True)
+learner.run()
+"""
+
+
+def test_kill_9_then_resume_restores_counters_and_loses_no_committed_transition(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from robotrl.buffer.online import OnlineBuffer
+    from robotrl.learn.learner import Learner, LearnerConfig, resume_version
+    from robotrl.wire.weights import WeightPublisher
+
+    script = LEARNER_SCRIPT.format(tests=str(Path(__file__).parent), root=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        endpoint = proc.stdout.readline().strip()
+        assert endpoint.startswith("tcp://"), endpoint
+        push = _push(endpoint)
+        for k in range(4):
+            _send(push, _episode_batches("arm0", k, 0, True))
+        _send(push, _episode_batches("arm0", 4, 0, True)[:2])  # in progress at the kill: journalled only
+        episodes_csv = tmp_path / "run" / "episodes.csv"
+        _wait(lambda: episodes_csv.is_file() and len(read_csv(episodes_csv)) == 4, what="4 committed episodes")
+        _wait(
+            lambda: (
+                checkpoint_exists(tmp_path / "run" / "checkpoint")
+                and load_checkpoint(tmp_path / "run" / "checkpoint")[1]["updates"] >= 20
+            ),
+            what="a checkpoint at 20",
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        push.close()
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    saved_state, saved = load_checkpoint(tmp_path / "run" / "checkpoint")
+
+    buffer = OnlineBuffer(tmp_path / "buf", _spec(), 10_000, fsync=False)
+    assert buffer.committed_transitions == 4 * ROWS and buffer.committed_episodes == 4  # nothing committed lost
+    publisher = WeightPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    algo = FakeAlgorithm()
+    cfg = LearnerConfig(
+        out=tmp_path / "run",
+        transitions_endpoint="tcp://127.0.0.1:*",
+        min_transitions=40,
+        publish_every=5,
+        checkpoint_every=10,
+        log_every=5,
+        poll_ms=10,
+        max_updates=saved["updates"] + 10,
+    )
+    with Learner(algo, buffer, publisher, cfg, resume=True) as learner:
+        assert learner.updates == saved["updates"] and learner.episodes == 4
+        assert learner.received_batches == saved["received_batches"]
+        # versions published after the checkpoint are unknown: restart above them (10 / 5 + 1 = 3 more)
+        assert learner.version == resume_version(saved["version"], 10, 5) == saved["version"] + 3
+        assert torch.equal(algo.w.detach(), saved_state["algorithm"]["w"]) and algo.calls == saved["updates"]
+        learner.run()
+        assert learner.updates == saved["updates"] + 10 and algo.calls == saved["updates"] + 10
+        assert publisher.latest_version == saved["version"] + 3 + 2
+    publisher.close()
+    buffer.close()
+    assert load_checkpoint(tmp_path / "run" / "checkpoint")[1]["updates"] == saved["updates"] + 10
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p + 1 free (the weights PUB and latest-weights sockets)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def test_cli_learn_sac_updates_checkpoints_and_resumes(tmp_path, capsys):
+    import msgspec
+
+    from robotrl.buffer.online import OnlineBuffer
+    from robotrl.buffer.spec import TransitionSpec
+    from robotrl.cli import main
+
+    spec = TransitionSpec(2, 2)  # state only: the buffer is filled before the learner starts
+    buffer = OnlineBuffer(tmp_path / "buf", spec, 1000, fsync=False)
+    for k in range(2):
+        for b in _episode_batches("arm0", k, 5, True):
+            buffer.add(msgspec.structs.replace(b, images={}))
+    buffer.close()
+    args = [
+        "learner",
+        "--algo",
+        "sac",
+        "--preset",
+        "tiny",
+        "--buffer",
+        str(tmp_path / "buf"),
+        "--out",
+        str(tmp_path / "run"),
+        "--state-dim",
+        "2",
+        "--action-dim",
+        "2",
+        "--cameras",
+        "",
+        "--transitions",
+        "tcp://127.0.0.1:*",
+        "--weights",
+        f"tcp://127.0.0.1:{_free_port_pair()}",
+        "--min-transitions",
+        "20",
+        "--publish-every",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--set",
+        "batch_size=8",
+        "--set",
+        "hidden_dims=[16, 16]",
+        "--set",
+        "latent_dim=16",
+        "--no-fsync",
+    ]
+    assert main([*args, "--max-updates", "3"]) == 0
+    assert "3 updates, weights version 1" in capsys.readouterr().out
+    start = [*args[: args.index("--out") + 1], str(tmp_path / "start"), *args[args.index("--out") + 2 :]]
+    assert main([*start, "--max-updates", "0"]) == 0  # the same seed: the weights the run started from
+    served = {name: load_file(tmp_path / name / "served" / "model.safetensors") for name in ("run", "start")}
+    assert served["run"].keys() == served["start"].keys()
+    assert any(not torch.equal(served["run"][k], served["start"][k]) for k in served["run"])  # the final weights
+    assert load_checkpoint(tmp_path / "run" / "checkpoint")[1]["updates"] == 3
+    assert main([*args, "--max-updates", "4"]) == 2  # the run exists: --resume or another --out
+    assert "--resume" in capsys.readouterr().err
+    assert main([*args, "--max-updates", "4", "--resume"]) == 0
+    meta = load_checkpoint(tmp_path / "run" / "checkpoint")[1]
+    assert meta["updates"] == 4 and meta["spec"] == spec.to_dict() and meta["algo"] == "sac"
+
+
+def test_cli_learner_every_option_has_help():
+    import argparse
+
+    from robotrl.commands.learner import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert len(options) >= 25 and all(a.help for a in options), [a.dest for a in options if not a.help]
+
+
+def test_transition_streamer_feeds_the_learner(tmp_path):
+    """The robot-side streamer (inference/transitions.py) -> the learner's PULL socket -> committed episodes."""
+    from robotrl.buffer.online import OnlineBuffer
+    from robotrl.inference.transitions import TransitionStreamer
+    from robotrl.learn.learner import Learner, LearnerConfig
+
+    class NullPublisher:
+        def publish(self, version, data):
+            pass
+
+    buffer = OnlineBuffer(tmp_path / "buf", _spec(), 1000, fsync=False)
+    cfg = LearnerConfig(out=tmp_path / "run", transitions_endpoint="tcp://127.0.0.1:*", min_transitions=10**6)
+    with (
+        Learner(FakeAlgorithm(), buffer, NullPublisher(), cfg) as learner,
+        TransitionStreamer(learner.transitions_endpoint, "arm7", _spec(), every_ticks=4) as streamer,
+    ):
+        for episode in range(2):
+            streamer.begin_episode("pick")
+            for tick in range(10):  # camera frames at 16 x 16, resized to the spec's 8 x 8
+                streamer.record(
+                    tick,
+                    np.zeros(2, np.float32),
+                    {"front": np.zeros((16, 16, 3), np.uint8)},
+                    None,
+                    np.ones(2, np.float32),
+                    np.ones(2, np.float32),
+                    0.0,
+                    tick < 3,
+                    0,
+                    1,
+                )
+            streamer.end_episode(success=episode == 1)
+        _wait(lambda: learner.receive(20) >= 0 and learner.episodes == 2, what="2 committed episodes")
+        assert learner.rejected == 0 and buffer.committed_transitions == 20
+    rows = read_csv(tmp_path / "run" / "episodes.csv")
+    assert [(r["robot_id"], r["ticks"], r["success"], float(r["intervention_rate"])) for r in rows] == [
+        ("arm7", "10", "0", 0.3),
+        ("arm7", "10", "1", 0.3),
+    ]
+    buffer.close()
+
+
+def test_resume_before_the_first_checkpoint_starts_fresh_on_the_buffer(tmp_path, caplog):
+    from robotrl.buffer.online import OnlineBuffer
+    from robotrl.learn.learner import Learner, LearnerConfig
+
+    buffer = OnlineBuffer(tmp_path / "buf", _spec(), 1000, fsync=False)
+    for b in _episode_batches("arm0", 0, 0, True):
+        buffer.add(b)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "episodes.csv").write_text("episode,wall_s,success,intervention_rate\n0,12.5,1,0\n")
+    cfg = LearnerConfig(out=tmp_path / "run", transitions_endpoint="tcp://127.0.0.1:*")
+    with pytest.raises(FileExistsError, match="--resume"):
+        Learner(FakeAlgorithm(), buffer, None, cfg)
+    caplog.set_level("WARNING", logger="robotrl.learn.learner")
+    with Learner(FakeAlgorithm(), buffer, None, cfg, resume=True) as learner:
+        assert (learner.updates, learner.version, learner.episodes) == (0, 0, 1)
+        assert learner.wall_s >= 12.5  # run time continues from the logs
+    assert "no checkpoint" in caplog.text and "20 committed transitions" in caplog.text
+    buffer.close()

@@ -1,0 +1,151 @@
+"""End to end: `robotrl learn` with two simulated actors, the inference server
+and the learner as real processes on loopback; killed with SIGKILL mid-run and resumed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+from robotrl.learn.checkpoint import load_checkpoint
+from robotrl.learn.metrics import read_csv
+from robotrl.policies.fastslow.config import FastSlowConfig
+from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.normalize import Normalizer
+from robotrl.policies.fastslow.policy import FastSlowPolicy
+from robotrl.policies.fastslow.vocab import Vocabulary
+
+
+def tiny_reach_policy(path) -> None:
+    """An untrained fast/slow policy for the reach task (16 px cameras, env_state 3)."""
+    cfg = FastSlowConfig(
+        width=16,
+        cnn_channels=(8, 8),
+        expert_hidden=32,
+        expert_blocks=1,
+        horizon=8,
+        execute_steps=4,
+        image_size_px=16,
+        flow_steps=2,
+        cameras=("front", "wrist"),
+        use_env_state=True,
+        env_state_dim=3,
+    )
+    torch.manual_seed(0)
+    norm = Normalizer(
+        "delta", np.zeros(6), np.full(6, 0.3), np.zeros((8, 6)), np.full((8, 6), 0.02), np.zeros(3), np.full(3, 0.1)
+    )
+    vocab = Vocabulary(["<pad>", "<unk>", "reach"])
+    FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab).save(path)
+
+
+def _segments(buffer) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((buffer / "segments").glob("*.seg"))}
+
+
+def _deploy(out, policy, episodes: int, resume: bool) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "robotrl.cli",
+        "learn",
+        "--robot",
+        "sim",
+        "--task",
+        "reach",
+        "--policy",
+        str(policy),
+        "--out",
+        str(out),
+        "--actors",
+        "2",
+        "--episodes",
+        str(episodes),
+        "--stepped-delay",
+        "2",
+        "--max-seconds",
+        "3",
+        "--preset",
+        "small",
+        "--budget-ticks",
+        "40",
+        "--taper-episodes",
+        "4",
+        "--min-transitions",
+        "60",
+        "--publish-every",
+        "2",
+        "--checkpoint-every",
+        "4",
+        "--no-fsync",
+    ]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    return subprocess.Popen(
+        cmd + (["--resume"] if resume else []),
+        start_new_session=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_two_actors_server_learner_killed_and_resumed(tmp_path):
+    policy, out = tmp_path / "policy", tmp_path / "run"
+    tiny_reach_policy(policy)
+
+    proc = _deploy(out, policy, episodes=50, resume=False)
+    deadline = time.monotonic() + 240
+    logged = out / "learner" / "episodes.csv"  # the learner writes a row once the episode is committed
+    while time.monotonic() < deadline and proc.poll() is None:  # 2 episodes of each actor committed, a checkpoint
+        robots = [r["robot_id"] for r in read_csv(logged)] if logged.exists() else []
+        checkpoint = (out / "learner" / "checkpoint" / "meta.json").exists()
+        if checkpoint and min(robots.count(f"sim-actor{k}") for k in (0, 1)) >= 2:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.stdout.read()
+    os.killpg(proc.pid, signal.SIGKILL)  # learner, server and both actors at once
+    proc.wait()
+    proc.stdout.close()
+    _, meta_before = load_checkpoint(out / "learner" / "checkpoint")
+    committed = _segments(out / "buffer")
+    assert len(committed) >= 4  # episodes of both actors reached the log
+
+    resumed = _deploy(out, policy, episodes=2, resume=True)
+    text, _ = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, text
+
+    after = _segments(out / "buffer")
+    assert {k: after[k] for k in committed} == committed  # nothing committed was lost or changed
+    assert len(after) >= len(committed) + 4  # 2 actors x 2 more episodes
+    _, meta = load_checkpoint(out / "learner" / "checkpoint")
+    assert meta["updates"] > meta_before["updates"] and meta["version"] > meta_before["version"]
+    episodes = read_csv(out / "learner" / "episodes.csv")
+    assert {r["robot_id"] for r in episodes} == {"sim-actor0", "sim-actor1"}
+    actors = read_csv(out / "actors.csv")
+    assert len(actors) == 4 and all(int(r["version_max"]) >= 0 for r in actors)
+    assert "success" in text and "intervention rate" in text
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sigterm_to_the_launcher_stops_learner_server_and_actors(tmp_path):
+    policy, out = tmp_path / "policy", tmp_path / "run"
+    tiny_reach_policy(policy)
+    proc = _deploy(out, policy, episodes=50, resume=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "actor1.csv").exists():
+        time.sleep(0.3)
+    children = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(children) >= 4  # launcher + learner + server + actor 1
+    proc.send_signal(signal.SIGTERM)  # to the launcher only
+    proc.communicate(timeout=90)
+    time.sleep(1.0)
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == []  # nothing orphaned
+    assert (out / "learner" / "checkpoint" / "meta.json").is_file()  # the learner stopped with a checkpoint

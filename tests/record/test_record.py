@@ -1,0 +1,337 @@
+"""Recording into LeRobot datasets: real MuJoCo arm, real lerobot dataset API, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robotrl.cli import main
+from robotrl.core.robot import RobotState
+from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
+from robotrl.record import features as F
+from robotrl.record.loop import record_episode
+from robotrl.record.run import RecordConfig, record_dataset
+from robotrl.record.writer import DatasetWriter
+from robotrl.sim.env import TaskEnv
+from robotrl.sim.teleop import ExpertTeleop
+
+
+@pytest.fixture(autouse=True)
+def _hf_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
+
+
+def load(root: Path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    return LeRobotDataset(f"local/{root.name}", root=root, video_backend="pyav")
+
+
+def episode_actions(root: Path) -> dict[int, np.ndarray]:
+    """Executed actions of every episode, read straight from the parquet files."""
+    import pandas as pd
+
+    frames = pd.concat(pd.read_parquet(p) for p in sorted((root / "data").rglob("*.parquet")))
+    return {
+        int(e): np.stack(g.sort_values("frame_index")["action"].to_numpy()) for e, g in frames.groupby("episode_index")
+    }
+
+
+def test_recorded_sim_dataset_loads_with_lerobot(tmp_path, capsys):
+    root = tmp_path / "reach_demo"
+    rc = main(["record", "--task", "reach", "--episodes", "2", "--root", str(root), "--image-size", "64"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "dropped frames             0" in out
+
+    ds = load(root)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    lengths = list(ds.meta.episodes["length"])
+    assert ds.num_episodes == 2 and ds.fps == 30
+    assert len(ds) == sum(lengths) == info["total_frames"]
+    assert all(20 < n <= 150 for n in lengths)  # reach succeeds well inside its 150 ticks
+    assert ds.features[F.STATE]["names"] == [
+        "shoulder_pan",
+        "shoulder_lift",
+        "elbow_flex",
+        "wrist_flex",
+        "wrist_roll",
+        "gripper",
+    ]
+    assert ds.features[F.image_key("front")]["dtype"] == "video"
+    frame = ds[lengths[0] + 3]  # 4th frame of episode 1
+    assert int(frame["episode_index"]) == 1 and int(frame["frame_index"]) == 3
+    assert frame[F.image_key("front")].shape == (3, 64, 64)
+    assert frame[F.image_key("wrist")].shape == (3, 64, 64)
+    assert frame[F.STATE].shape == (6,) and frame[F.ENV_STATE].shape == (3,)
+    assert frame["task"] == "touch the red ball"
+    # Stepped mode: the measured time of frame 3 is exactly 3 control periods.
+    assert float(frame[F.MEASURED_TIME]) == pytest.approx(3 / 30, abs=1e-5)
+    # The last frame of each episode is a success (the expert touched the ball).
+    last = ds[lengths[0] - 1]
+    assert bool(last[F.SUCCESS])
+
+
+class JumpTeleop:
+    """Holds the start pose, then asks for a 1 rad jump of shoulder_pan at tick 5."""
+
+    def __init__(self) -> None:
+        self.tick = 0
+        self.start = None
+
+    def connect(self) -> None: ...
+
+    def disconnect(self) -> None: ...
+
+    def reset(self, state: RobotState) -> None:
+        self.tick, self.start = 0, state.q_rad.copy()
+
+    def read(self, state: RobotState) -> TeleopCommand:
+        self.tick += 1
+        target = self.start.copy()
+        if self.tick >= 5:
+            target[0] += 1.0
+        return TeleopCommand(target, TeleopEvents(success=self.tick == 12))
+
+
+def test_stored_action_is_the_clamped_command(tmp_path):
+    env = TaskEnv("reach", cameras=())
+    writer = DatasetWriter(tmp_path / "jump", F.dataset_features(env.spec, env.env_state_dim), 30, "so101")
+    outcome = record_episode(env, JumpTeleop(), writer, seed=0, max_ticks=50)
+    writer.save_episode()
+    env.close()
+    assert outcome.frames == 12 and outcome.success
+    actions = episode_actions(tmp_path / "jump")[0]
+    import pandas as pd
+
+    teleop = np.stack(pd.read_parquet(next((tmp_path / "jump" / "data").rglob("*.parquet")))[F.TELEOP_ACTION])
+    # so101 pan velocity limit 3.0 rad/s at 30 Hz -> at most 0.1 rad per tick. The jump is
+    # asked from frame 4 on: executed pan climbs 0.1 per frame, the teleop column keeps +1.0.
+    start = actions[0, 0]
+    np.testing.assert_allclose(actions[4:8, 0] - start, [0.1, 0.2, 0.3, 0.4], atol=1e-6)
+    np.testing.assert_allclose(teleop[4:8, 0] - start, 1.0, atol=1e-6)
+    assert np.all(np.abs(np.diff(actions[:, 0])) <= 0.1 + 1e-6)
+
+
+def test_disturbance_is_a_reproducible_slow_offset_on_the_arm_joints():
+    from robotrl.record.disturbance import Disturbance
+
+    dist = Disturbance(0.04, joints=6, correlation_ticks=15)
+    dist.reset(seed=3)
+    offsets = np.array([dist() for _ in range(20_000)])
+    assert np.all(offsets[:, 5] == 0.0)  # the gripper is left alone
+    # Ornstein-Uhlenbeck: stationary std 0.04 rad, lag-1 correlation exp(-1/15) = 0.936.
+    np.testing.assert_allclose(offsets[2000:, :5].std(0), 0.04, rtol=0.2)
+    lag1 = np.corrcoef(offsets[2000:-1, 0], offsets[2001:, 0])[0, 1]
+    assert lag1 == pytest.approx(np.exp(-1 / 15), abs=0.02)
+    dist.reset(seed=3)
+    np.testing.assert_array_equal([dist() for _ in range(5)], offsets[:5])  # same seed, same stream
+
+
+def test_perturbed_recording_keeps_the_clean_targets_and_trains_on_them(tmp_path):
+    """DART: the arm is pushed off the demonstrator's path (executed action = teleop + offset),
+    action.teleop keeps the clean target, and training can read either column."""
+    import pandas as pd
+
+    from robotrl.record.dataset import load_frames
+
+    root = tmp_path / "dart"
+    assert (
+        main(
+            [
+                "record",
+                "--task",
+                "reach",
+                "--episodes",
+                "2",
+                "--root",
+                str(root),
+                "--cameras",
+                "",
+                "--perturb",
+                "0.05",
+                "--noise",
+                "0",
+            ]
+        )
+        == 0
+    )
+    table = pd.concat(pd.read_parquet(p) for p in sorted((root / "data").rglob("*.parquet")))
+    executed, clean = np.stack(table[F.ACTION]), np.stack(table[F.TELEOP_ACTION])
+    gap = executed[:, :5] - clean[:, :5]
+    assert 0.01 < np.abs(gap).mean() < 0.1 and np.all(executed[:, 5] == clean[:, 5])
+    assert not any(k.startswith("observation.images") for k in load(root).features)  # --cameras ''
+    teleop = load_frames(root, cameras=(), action_key=F.TELEOP_ACTION, progress=False)
+    np.testing.assert_array_equal(teleop.actions, clean.astype(np.float32))
+    np.testing.assert_array_equal(load_frames(root, cameras=(), progress=False).actions, executed.astype(np.float32))
+
+
+class RerecordOnce(ExpertTeleop):
+    """The expert, but the first episode is thrown away at tick 10 (re-record)."""
+
+    def __init__(self, env: TaskEnv) -> None:
+        super().__init__(env)
+        self.calls = 0
+        self.episodes = 0
+
+    def reset(self, state: RobotState) -> None:
+        super().reset(state)
+        self.episodes += 1
+        self.calls = 0
+
+    def read(self, state: RobotState) -> TeleopCommand:
+        self.calls += 1
+        cmd = super().read(state)
+        if self.episodes == 1 and self.calls == 10:
+            return TeleopCommand(cmd.target_rad, TeleopEvents(rerecord=True))
+        return cmd
+
+
+def test_rerecord_discards_and_repeats_the_episode(tmp_path):
+    env = TaskEnv("reach", cameras=())
+    root = tmp_path / "rerecord"
+    writer = DatasetWriter(root, F.dataset_features(env.spec, env.env_state_dim), 30, "so101")
+    summary = record_dataset(env, RerecordOnce(env), writer, RecordConfig(episodes=2, seed=0, max_ticks=150))
+    writer.close()
+    env.close()
+    assert summary.rerecorded == 1 and summary.episodes_saved == 2
+    ds = load(root)
+    assert ds.num_episodes == 2
+    assert len(ds) == summary.frames  # no frame of the discarded attempt was kept
+
+
+def test_kill_9_mid_episode_then_resume(tmp_path):
+    root = tmp_path / "crash"
+    cmd = [
+        sys.executable,
+        "-m",
+        "robotrl.cli",
+        "record",
+        "--task",
+        "reach",
+        "--episodes",
+        "8",
+        "--root",
+        str(root),
+        "--image-size",
+        "32",
+        "--realtime",
+    ]
+    env = dict(os.environ)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    info = root / "meta" / "info.json"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if len(list((root / "data").rglob("*.parquet"))) >= 2 if root.exists() else False:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the recorder never saved two episodes")
+        time.sleep(0.6)  # well inside the next episode (about 1.7 s long in real time)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    saved = json.loads(info.read_text())["total_episodes"]
+    assert 2 <= saved < 8
+    before = episode_actions(root)
+    assert sorted(before) == list(range(saved))
+    assert load(root).num_episodes == saved  # loadable right after the crash
+
+    assert (
+        main(
+            [
+                "record",
+                "--task",
+                "reach",
+                "--episodes",
+                "1",
+                "--root",
+                str(root),
+                "--image-size",
+                "32",
+                "--resume",
+                "--seed",
+                "100",
+            ]
+        )
+        == 0
+    )
+    after = episode_actions(root)
+    assert sorted(after) == list(range(saved + 1))
+    for episode, actions in before.items():
+        np.testing.assert_array_equal(after[episode], actions)  # committed episodes intact
+    assert load(root).num_episodes == saved + 1
+    # the killed episode's streaming-encoder files were cleaned up on resume
+    assert not [p for p in root.glob("tmp*/*") if p.is_file()]
+
+
+def test_bad_input_is_reported_and_nothing_is_damaged(tmp_path, capsys):
+    root = tmp_path / "ds"
+    assert main(["record", "--task", "reach", "--episodes", "1", "--root", str(root), "--image-size", "32"]) == 0
+    snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    capsys.readouterr()
+
+    assert main(["record", "--task", "reach", "--teleop", "telepathy", "--root", str(tmp_path / "x")]) == 2
+    assert "unknown teleop device 'telepathy'" in capsys.readouterr().err
+
+    assert main(["record", "--task", "reach", "--episodes", "1", "--root", str(root)]) == 2
+    assert "already exists: pass --resume" in capsys.readouterr().err
+
+    assert main(["record", "--task", "pick_place", "--episodes", "1", "--root", str(root), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "features differ" in err and "observation.environment_state" in err
+
+    assert main(["record", "--task", "reach", "--root", str(tmp_path / "missing"), "--resume"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["record", "--task", "reach", "--root", str(tmp_path / "y"), "--perturb", "-1"]) == 2
+    assert "--perturb must be >= 0" in capsys.readouterr().err and not (tmp_path / "y").exists()
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
+
+
+def test_interrupted_save_is_rolled_back_on_resume(tmp_path):
+    """A crash in the middle of lerobot's save: a half-written info.json and a stray data
+    file. --resume returns the folder to the last committed episode and appends."""
+    root = tmp_path / "torn"
+    assert main(["record", "--task", "reach", "--episodes", "2", "--root", str(root), "--image-size", "32"]) == 0
+    before = episode_actions(root)
+    info = root / "meta" / "info.json"
+    info.write_text(info.read_text()[:100])  # torn write
+    stray = root / "data" / "chunk-000" / "file-009.parquet"
+    stray.write_bytes(b"PAR1 half a file")
+    assert (
+        main(
+            [
+                "record",
+                "--task",
+                "reach",
+                "--episodes",
+                "1",
+                "--root",
+                str(root),
+                "--image-size",
+                "32",
+                "--resume",
+                "--seed",
+                "7",
+            ]
+        )
+        == 0
+    )
+    assert not stray.exists()
+    after = episode_actions(root)
+    assert sorted(after) == [0, 1, 2]
+    for episode, actions in before.items():
+        np.testing.assert_array_equal(after[episode], actions)
+    assert load(root).num_episodes == 3

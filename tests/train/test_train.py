@@ -1,0 +1,425 @@
+"""Training: index maths of the augmentations (golden), dataset loading, overfitting,
+what a trained model listens to, checkpoints and resume, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from robotrl.cli import main
+from robotrl.core.errors import ConfigError
+from robotrl.core.policy import PolicyObservation
+from robotrl.core.robot import CameraSpec, RobotSpec
+from robotrl.policies.fastslow import FastSlowPolicy
+from robotrl.policies.loading import load_policy
+from robotrl.record import features as F
+from robotrl.record.dataset import load_frames
+from robotrl.record.writer import DatasetWriter
+from robotrl.train.sampling import (
+    chunk_indices,
+    delayed_frame_index,
+    example_indices,
+    offset_state_index,
+    sample_examples,
+)
+from robotrl.train.trainer import TrainConfig, Trainer, lr_at, train
+
+TINY = {
+    "width": 32,
+    "cnn_channels": (8, 16, 16),
+    "expert_hidden": 64,
+    "expert_blocks": 2,
+    "horizon": 6,
+    "execute_steps": 3,
+    "image_size_px": 32,
+    "flow_steps": 4,
+    "max_words": 6,
+}
+"""A policy small enough to train in seconds."""
+S0 = np.array([0.0, -1.2, 1.1, 1.3, 0.0, 0.0])
+INSTRUCTIONS = ("move left", "move right")
+EPISODE_TICKS = 20
+
+
+# --- golden tests of the index maths ----------------------------------------------------
+
+
+def test_offset_indices_golden():
+    # One episode of frames [10, 20): end = 20, last frame 19. H = 4.
+    # t = 12, k = 3: state 15, chunk 15..18, all inside.
+    assert offset_state_index(12, 3, 20) == 15
+    idx, mask = chunk_indices(15, 4, 20)
+    assert idx.tolist() == [15, 16, 17, 18] and mask.tolist() == [True] * 4
+    # t = 15, k = 2: state 17, rows 17, 18, 19, 20 -> 20 is past the end: repeat 19, masked.
+    idx, mask = chunk_indices(offset_state_index(15, 2, 20), 4, 20)
+    assert idx.tolist() == [17, 18, 19, 19] and mask.tolist() == [True, True, True, False]
+    # t = 17, k = 5: 22 is past the end; the state clips to the last frame 19, one real row.
+    assert offset_state_index(17, 5, 20) == 19
+    idx, mask = chunk_indices(19, 4, 20)
+    assert idx.tolist() == [19, 19, 19, 19] and mask.tolist() == [True, False, False, False]
+    # k = 0 is plain behaviour cloning: the chunk starts at the image frame.
+    assert offset_state_index(12, 0, 20) == 12
+
+
+def test_delayed_frame_indices_golden():
+    # Episode starts at frame 10. t = 16, j = 4 -> frame 12; j = 9 -> 7, clipped to 10.
+    assert delayed_frame_index(16, 4, 10) == 12
+    assert delayed_frame_index(16, 9, 10) == 10
+    assert delayed_frame_index(16, 0, 10) == 16
+    # Combined: t = 16, k = 2, j = 4 in [10, 20): image 12, state 18, age 18 - 12 = 6,
+    # chunk (H = 3) 18, 19, 19 with the last row masked.
+    ex = example_indices(
+        np.array([16, 11]), np.array([2, 0]), np.array([4, 3]), 3, np.array([10, 10]), np.array([20, 20])
+    )
+    assert ex.image.tolist() == [12, 10]  # 11 - 3 = 8 -> clipped to the start 10
+    assert ex.state.tolist() == [18, 11]
+    assert ex.age.tolist() == [6, 1]  # 18 - 12, 11 - 10
+    assert ex.chunk.tolist() == [[18, 19, 19], [11, 12, 13]]
+    assert ex.mask.tolist() == [[True, True, False], [True, True, True]]
+
+
+def test_sampled_examples_stay_inside_their_episode():
+    start = np.repeat([0, 7, 30], [7, 23, 5])
+    end = np.repeat([7, 30, 35], [7, 23, 5])
+    ex = sample_examples(np.random.default_rng(0), 500, 35, 5, 8, 4, start, end)
+    ep_start, ep_end = start[ex.state], end[ex.state]
+    assert np.all((ex.image >= ep_start) & (ex.image <= ex.state) & (ex.state < ep_end))
+    assert np.all((ex.chunk >= ep_start[:, None]) & (ex.chunk < ep_end[:, None]))
+    assert np.all((ex.age >= 0) & (ex.age <= 8 + 4))
+    assert ex.age.max() >= 8  # offsets and delays really happen
+    # k_zero_prob = 0.5: P(k = 0) = 0.5 + 0.5 / 9 = 0.556 (no latent delay, no clipping).
+    ex = sample_examples(
+        np.random.default_rng(1), 4000, 35, 5, 8, 0, np.zeros(35, int), np.full(35, 10_000), k_zero_prob=0.5
+    )
+    assert np.mean(ex.state == ex.image) == pytest.approx(0.556, abs=0.03)
+
+
+def test_learning_rate_schedule():
+    cfg = TrainConfig(dataset=".", out=".", steps=1100, lr=1e-3, warmup_steps=100)
+    assert lr_at(0, cfg) == pytest.approx(1e-5)  # warm-up: lr * 1 / 100
+    assert lr_at(99, cfg) == pytest.approx(1e-3)
+    assert lr_at(600, cfg) == pytest.approx(0.55e-3)  # half-way: 0.1 + 0.9 * 0.5 = 0.55
+    assert lr_at(1100, cfg) == pytest.approx(1e-4)  # the end: 0.1 * lr
+    assert lr_at(200, cfg, time_fraction=1.0) == pytest.approx(1e-4)  # the time budget ran out first
+
+
+# --- a tiny synthetic dataset with the recorder's layout --------------------------------
+
+
+def _spec() -> RobotSpec:
+    names = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+    return RobotSpec(
+        "so101",
+        names,
+        -3 * np.ones(6),
+        3 * np.ones(6),
+        5 * np.ones(6),
+        30.0,
+        cameras=(CameraSpec("front", 32, 32), CameraSpec("wrist", 32, 32)),
+    )
+
+
+def _image(t: int, direction: float) -> np.ndarray:
+    """A bright square that moves with time (the same for both instructions)."""
+    img = np.full((32, 32, 3), 60, np.uint8)
+    x = 2 + t
+    img[12:20, x : x + 6] = (230, 40, 40)
+    return img
+
+
+def write_toy_dataset(root, episodes: int = 4) -> None:
+    """Episodes alternate between the instructions; the arm moves joint 0 left (+) or
+    right (-) from the same start, so only the instruction tells the first chunk apart."""
+    writer = DatasetWriter(root, F.dataset_features(_spec(), env_state_dim=3), fps=30, robot_type="so101")
+    for ep in range(episodes):
+        direction = 1.0 if ep % 2 == 0 else -1.0
+        state = S0.copy()
+        for t in range(EPISODE_TICKS):
+            action = state + np.array([0.04 * direction, 0.01, -0.01, 0.0, 0.0, 0.0])
+            writer.add_frame(
+                {
+                    F.STATE: state.astype(np.float32),
+                    F.ACTION: action.astype(np.float32),
+                    F.TELEOP_ACTION: action.astype(np.float32),
+                    F.MEASURED_TIME: np.array([t / 30], np.float32),
+                    F.REWARD: np.zeros(1, np.float32),
+                    F.SUCCESS: np.array([t == EPISODE_TICKS - 1]),
+                    F.ENV_STATE: np.array([t / EPISODE_TICKS, direction, 0.0], np.float32),
+                    F.image_key("front"): _image(t, direction),
+                    F.image_key("wrist"): _image(t, direction)[::-1].copy(),
+                    "task": INSTRUCTIONS[ep % 2],
+                }
+            )
+            state = action
+        writer.save_episode()
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """(dataset root, FrameTable, briefly trained Trainer)."""
+    base = tmp_path_factory.mktemp("toy")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HOME", str(base / "hf"))
+        mp.setenv("HF_DATASETS_CACHE", str(base / "hf" / "datasets"))
+        root = base / "toy_ds"
+        write_toy_dataset(root)
+        frames = load_frames(root, image_size_px=32, progress=False)
+        cfg = TrainConfig(
+            dataset=root,
+            out=base / "ckpt",
+            steps=400,
+            batch_size=16,
+            lr=2e-3,
+            warmup_steps=20,
+            k_max=2,
+            latent_delay_max=3,
+            flow_samples=2,
+            save_every=10_000,
+            policy=TINY,
+        )
+        trainer = Trainer(cfg, frames, progress=False)
+        trainer.train()
+        yield root, frames, trainer
+
+
+def test_frames_load_into_ram(toy):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root, frames, _ = toy
+    assert frames.num_frames == 4 * EPISODE_TICKS and frames.num_episodes == 4
+    assert frames.images["front"].shape == (80, 3, 32, 32) and frames.images["front"].dtype == torch.uint8
+    assert frames.episode_start[25] == 20 and frames.episode_end[25] == 40
+    assert sorted(frames.tasks) == sorted(INSTRUCTIONS)
+    np.testing.assert_allclose(frames.actions[1], frames.states[2], atol=1e-6)
+    # The same frame as lerobot's own loader decodes it.
+    item = LeRobotDataset(f"local/{root.name}", root=root, video_backend="pyav")[27]
+    ours = frames.images["wrist"][27].float() / 255
+    assert torch.allclose(ours, item[F.image_key("wrist")], atol=1 / 255 + 1e-6)
+    # ... and roughly what was written (lossy video).
+    written = torch.from_numpy(_image(7, -1.0)[::-1].copy()).permute(2, 0, 1).float()
+    assert (frames.images["wrist"][27].float() - written).abs().mean() < 8
+
+
+def test_dataset_missing_a_feature_is_a_clear_error(toy):
+    root, _, _ = toy
+    with pytest.raises(ConfigError, match="observation.images.top"):
+        load_frames(root, cameras=("front", "top"), image_size_px=32, progress=False)
+
+
+def test_training_overfits_a_tiny_dataset(toy):
+    _, _, trainer = toy
+    losses = [v for _, v in trainer.losses]
+    first, last = np.mean(losses[:2]), np.mean(losses[-4:])
+    assert last * 10 <= first, f"loss fell only from {first:.3f} to {last:.3f}"
+
+
+def _obs(instruction: str, t: int = 0, delay: int = 0) -> PolicyObservation:
+    return PolicyObservation(
+        state_rad=S0.copy(),
+        tick=t,
+        instruction=instruction,
+        delay_ticks=delay,
+        images={"front": _image(t, 1.0), "wrist": _image(t, 1.0)[::-1].copy()},
+    )
+
+
+def test_trained_model_follows_the_instruction(toy):
+    policy = toy[2].policy()
+    left = policy.predict_chunk(_obs("move left")).actions_rad
+    right = policy.predict_chunk(_obs("move right")).actions_rad
+    assert left.shape == right.shape == (TINY["horizon"], 6)
+    # Radians, absolute: the first row is one step (0.04 rad) from the start, in the
+    # instructed direction; the other joints follow the data.
+    assert left[0, 0] - S0[0] == pytest.approx(0.04, abs=0.02)
+    assert right[0, 0] - S0[0] == pytest.approx(-0.04, abs=0.02)
+    assert np.abs(left[:, 1:3] - S0[1:3]).max() < 0.2
+
+
+def test_latent_age_changes_the_output(toy):
+    policy = toy[2].policy()
+    obs = _obs("move left", t=5)
+    latent = policy.encode_slow(obs)
+    fresh = policy.predict_chunk(obs, latent, latent_age_ticks=0).actions_rad
+    stale = policy.predict_chunk(obs, latent, latent_age_ticks=3).actions_rad
+    assert not np.allclose(fresh, stale, atol=1e-5)
+    # predict_chunk(obs) alone is the age-0 fresh latent.
+    np.testing.assert_array_equal(policy.predict_chunk(obs).actions_rad, fresh)
+    # delay_ticks adds to the age the expert sees: latent age 1 + delay 2 == age 3.
+    np.testing.assert_array_equal(policy.predict_chunk(_obs("move left", t=5, delay=2), latent, 1).actions_rad, stale)
+
+
+def test_checkpoint_holds_everything_and_round_trips_bitwise(toy, tmp_path):
+    trainer = toy[2]
+    trainer.policy().save(tmp_path / "ck", {"step": trainer.step})
+    doc = json.loads((tmp_path / "ck" / "config.json").read_text())
+    assert doc["policy_type"] == "fastslow_flow" and doc["code_version"].startswith("robotrl")
+    assert set(doc["vocabulary"]) >= {"<pad>", "<unk>", "move", "left", "right"}
+    assert doc["normalization"]["action_mode"] == "delta" and doc["config"]["horizon"] == TINY["horizon"]
+    loaded = load_policy(tmp_path / "ck")
+    assert isinstance(loaded, FastSlowPolicy)
+    assert loaded.metadata == trainer.policy().metadata
+    for obs in (_obs("move left", 3), _obs("move right", 0, delay=2), _obs("unknown words here", 1)):
+        np.testing.assert_array_equal(
+            loaded.predict_chunk(obs).actions_rad, trainer.policy().predict_chunk(obs).actions_rad
+        )
+
+
+def test_resume_continues_exactly(toy, tmp_path):
+    root, frames, _ = toy
+    base = dict(
+        dataset=root,
+        batch_size=8,
+        lr=1e-3,
+        warmup_steps=2,
+        flow_samples=1,
+        save_every=1000,
+        latent_delay_max=2,
+        policy=TINY,
+    )
+    straight = train(TrainConfig(out=tmp_path / "a", steps=12, **base), frames=frames, progress=False)
+    interrupted = Trainer(TrainConfig(out=tmp_path / "b", steps=12, **base), frames, progress=False)
+    assert interrupted.train(until_step=5).steps == 5  # as if killed after its checkpoint at step 5
+    with pytest.raises(ConfigError, match="--resume"):
+        train(TrainConfig(out=tmp_path / "b", steps=12, **base), frames=frames, progress=False)
+    resumed = train(TrainConfig(out=tmp_path / "b", steps=12, **base), resume=True, frames=frames, progress=False)
+    assert resumed.steps == 12
+    for (name, a), b in zip(straight.policy.model.state_dict().items(), resumed.policy.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_rtc_training_env_state_and_ee_feature_options(toy, tmp_path):
+    root, _, _ = toy
+    frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "rtc",
+        steps=3,
+        batch_size=8,
+        rtc_train=True,
+        rtc_max_prefix=3,
+        flow_samples=1,
+        policy={
+            **TINY,
+            "use_env_state": True,
+            "ee_features_arm": "so101",
+            "env_object_dim": 3,
+            "relative_objects": True,
+        },
+    )
+    policy = train(cfg, frames=frames, progress=False).policy
+    assert policy.config.rtc_train and policy.config.env_state_dim == 3 and policy.config.env_object_dim == 3
+    assert policy.config.fresh_dim == 6 + 3 + 9 + 3 and policy.normalizer.ee_mean.shape == (9,)
+    policy = load_policy(tmp_path / "rtc")  # the checkpoint alone rebuilds the feature pipeline
+    assert policy.model.expert.objects is not None and policy.model.expert.fresh_film is not None
+    obs = _obs("move left", 4, delay=2)
+    with pytest.raises(ValueError, match="env_state"):
+        policy.predict_chunk(obs)
+    obs.env_state = np.array([0.2, 1.0, 0.0])
+    obs.prefix_rad = np.tile(S0 + 0.5, (4, 1))
+    chunk = policy.predict_chunk(obs)
+    np.testing.assert_array_equal(chunk.actions_rad[:2], obs.prefix_rad[:2])  # d = 2 rows frozen
+    assert chunk.start_tick == 6
+
+
+def test_end_effector_actions_train_and_decode_to_joints(toy, tmp_path):
+    """action_mode ee_delta: the expert learns gripper positions (metres); chunks come back
+    as joints (IK) that move the gripper the instructed way, as the data did."""
+    root, frames, _ = toy
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "ee",
+        steps=400,
+        batch_size=16,
+        lr=2e-3,
+        warmup_steps=20,
+        flow_samples=2,
+        save_every=10_000,
+        policy={**TINY, "action_mode": "ee_delta", "ee_features_arm": "so101"},
+    )
+    train(cfg, frames=frames, progress=False)
+    policy = load_policy(tmp_path / "ee")
+    assert policy.normalizer.action_mode == "ee_delta" and policy.normalizer.arm == "so101"
+    rows = policy.normalizer.ee_actions
+    start = rows.to_ee(S0[None])[0, :3]
+    data = rows.to_ee(frames.actions[: TINY["horizon"]])[:, :3] - start  # "move left": -4.9 mm of y per tick
+    for instruction, sign in (("move left", 1.0), ("move right", -1.0)):
+        joints = policy.predict_chunk(_obs(instruction)).actions_rad
+        assert joints.shape == (TINY["horizon"], 6)
+        assert np.all(sign * (joints[:, 0] - S0[0]) > 0)  # the pan turns the way the data turned it
+        gripper = rows.to_ee(joints)[:, :3] - start
+        assert np.all(-sign * gripper[:, 1] > 0)
+        assert gripper[0, 1] == pytest.approx(sign * data[0, 1], abs=0.002)
+        np.testing.assert_allclose(gripper[:, [0, 2]], data[:, [0, 2]], atol=0.005)
+
+
+def test_cli_train_then_bench(toy, tmp_path, capsys, monkeypatch):
+    root, _, _ = toy
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    out = tmp_path / "cli_ckpt"
+    rc = main(
+        [
+            "train",
+            "--dataset",
+            str(root),
+            "--out",
+            str(out),
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--image-size",
+            "32",
+            "--horizon",
+            "6",
+            "--execute-steps",
+            "6",
+        ]
+    )
+    assert rc == 0 and (out / "model.safetensors").is_file() and (out / "training_state.json").is_file()
+    assert "parameters" in capsys.readouterr().out
+    rc = main(
+        [
+            "bench",
+            "policy",
+            "--policy",
+            str(out),
+            "--task",
+            "reach",
+            "--episodes",
+            "1",
+            "--out",
+            str(tmp_path / "bench"),
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "Wilson 95% interval" in text and "latent age" in text
+    results = json.loads((tmp_path / "bench" / "policy" / "results.json").read_text())
+    assert results["episodes"] == 1 and results["latent_age_ticks"] == {"0": results["latent_age_ticks"]["0"]}
+    # A dataset that is not there is a one-line error, not a traceback.
+    assert main(["train", "--dataset", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_run_stopped_by_its_time_budget_is_still_evaluated(toy, tmp_path):
+    root, frames, _ = toy
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "budget",
+        steps=100_000,
+        batch_size=8,
+        lr=1e-3,
+        warmup_steps=2,
+        flow_samples=1,
+        save_every=100_000,
+        eval_episodes=1,
+        task="reach",
+        time_budget_s=0.5,
+        policy=TINY,
+    )
+    result = train(cfg, frames=frames, progress=False)
+    assert 0 < result.steps < cfg.steps
+    assert [e["step"] for e in result.evals] == [result.steps] and 0.0 <= result.evals[0]["success_rate"] <= 1.0
