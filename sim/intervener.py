@@ -23,6 +23,7 @@ import numpy as np
 
 from robotrl.core.robot import RobotState
 from robotrl.hardware.kinematics import Kinematics
+from robotrl.sim.env import TaskEnv
 
 
 def budget_ticks(episode: int, initial_ticks: int, taper_episodes: int, recent_success_rate: float = 0.0) -> int:
@@ -65,7 +66,7 @@ class ScriptedIntervener:
 
     def __init__(
         self,
-        env,
+        env: TaskEnv,
         *,
         takeover_m: float = 0.06,
         handback_m: float = 0.02,

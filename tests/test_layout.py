@@ -225,3 +225,16 @@ def test_dependencies_point_down_the_layers():
 
 def test_the_cycle_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+COMMAND_FUNCTION_LINES = 45
+"""A command module's functions stay about 40 lines: parse, build configs, call a library."""
+
+
+def test_command_functions_stay_short():
+    long = []
+    for path in sorted((REPO / "robotrl" / "commands").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > COMMAND_FUNCTION_LINES:
+                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robotrl.core.robot import RobotState
+from robotrl.core.robot import Robot, RobotState
 from robotrl.hardware.teleop.base import TeleopDevice
 
 
@@ -29,7 +29,7 @@ class TeleopIntervention:
         episode_takeovers, episode_ticks: takeovers and intervened ticks this episode.
     """
 
-    def __init__(self, device: TeleopDevice, robot) -> None:
+    def __init__(self, device: TeleopDevice, robot: Robot) -> None:
         self.device, self.robot = device, robot
         self.outcome: bool | None = None
         self.episode_takeovers = self.episode_ticks = 0

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from robotrl.buffer.sampler import TransitionSample
+from robotrl.buffer.sampler import ChunkSample, TransitionSample
 from robotrl.buffer.spec import TransitionSpec
 
 S, A, E = 6, 6, 3
@@ -45,11 +45,18 @@ def _data(batch: int, image: int | None, rng: np.random.Generator) -> Transition
 
 
 class _FixedBuffer:
+    """A `Sampler` that hands SAC the same batch every update (updates/s without sampling)."""
+
     def __init__(self, sample: TransitionSample) -> None:
         self.sample = sample
 
-    def sample_transitions(self, batch_size, learner_version, rng) -> TransitionSample:
+    def sample_transitions(self, batch_size: int, learner_version: int, rng: np.random.Generator) -> TransitionSample:
         return self.sample
+
+    def sample_chunks(
+        self, batch_size: int, horizon: int, learner_version: int, rng: np.random.Generator
+    ) -> ChunkSample:
+        raise TypeError("the SAC benchmark samples transitions, not chunks")
 
 
 def _robotrl(batch: int, image: int | None, updates: int) -> tuple[float, int]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robotrl.bench.cells import BenchSetup, DelaySpec, load_checkpoint, make_env
+from robotrl.inference.runner import EpisodeResult, TickEvent
 from robotrl.sim.scenario import Scenario
 
 REALTIME_MODES = ("sync", "naive", "vlash", "vlash+rtc")
@@ -54,10 +55,10 @@ class Jitter:
     def on_episode_start(self, seed: int, instruction: str) -> None:
         pass
 
-    def on_tick(self, event) -> None:
+    def on_tick(self, event: TickEvent) -> None:
         time.sleep(self._rng.uniform(0.0, self.late_s))
 
-    def on_episode_end(self, result) -> None:
+    def on_episode_end(self, result: EpisodeResult) -> None:
         pass
 
 

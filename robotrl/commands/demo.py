@@ -69,9 +69,14 @@ def _banner(stage: int, text: str) -> None:
     print(f"\n== stage {stage}/{STAGES}: {text}", flush=True)
 
 
-def _cli(argv: list[str]) -> None:
+def _cli(command: str, **flags: object) -> None:
+    """`robotrl COMMAND --flag value ...` in this process; a flag set to True is a switch,
+    `dataset_path=X` becomes `--dataset-path X`."""
     from robotrl.cli import main as cli_main
 
+    argv = command.split()
+    for name, value in flags.items():
+        argv += [f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)])
     rc = cli_main(argv)
     if rc != 0:
         raise SystemExit(rc)
@@ -120,23 +125,14 @@ def stage_record(args: argparse.Namespace) -> Path:
     root = args.out / "dataset"
     shutil.rmtree(root, ignore_errors=True)
     _cli(
-        [
-            "record",
-            "--robot",
-            "sim",
-            "--task",
-            "reach",
-            "--teleop",
-            "expert",
-            "--episodes",
-            str(args.record_episodes),
-            "--root",
-            str(root),
-            "--image-size",
-            str(args.image_size),
-            "--seed",
-            str(args.seed),
-        ]
+        "record",
+        robot="sim",
+        task="reach",
+        teleop="expert",
+        episodes=args.record_episodes,
+        root=root,
+        image_size=args.image_size,
+        seed=args.seed,
     )
     print(f"dataset: {root} (lerobot: LeRobotDataset('local/dataset', root='{root}'))")
     return root
@@ -147,22 +143,14 @@ def stage_train(args: argparse.Namespace, dataset: Path) -> Path:
     out = args.out / "policy"
     shutil.rmtree(out, ignore_errors=True)
     _cli(
-        [
-            "train",
-            "--dataset",
-            str(dataset),
-            "--out",
-            str(out),
-            "--minutes",
-            str(args.train_minutes),
-            "--image-size",
-            str(args.image_size),
-            "--task",
-            "reach",
-            "--eval-episodes",
-            "10",
-            "--env-state",
-        ]
+        "train",
+        dataset=dataset,
+        out=out,
+        minutes=args.train_minutes,
+        image_size=args.image_size,
+        task="reach",
+        eval_episodes="10",
+        env_state=True,
     )
     return out
 
@@ -170,23 +158,14 @@ def stage_train(args: argparse.Namespace, dataset: Path) -> Path:
 def stage_deploy(args: argparse.Namespace, policy: Path) -> None:
     _banner(4, "asynchronous deploy (local inference server, VLASH) to the shifted scenario at 30 Hz")
     _cli(
-        [
-            "deploy",
-            "--robot",
-            "sim",
-            "--task",
-            "reach",
-            "--policy",
-            str(policy),
-            "--scenario",
-            "shifted",
-            "--mode",
-            "vlash",
-            "--episodes",
-            str(args.deploy_episodes),
-            "--seed",
-            str(args.seed + 1000),
-        ]
+        "deploy",
+        robot="sim",
+        task="reach",
+        policy=policy,
+        scenario="shifted",
+        mode="vlash",
+        episodes=args.deploy_episodes,
+        seed=args.seed + 1000,
     )
 
 
@@ -197,9 +176,7 @@ LATENCY_DELAY = 8
 def stage_latency(args: argparse.Namespace) -> None:
     from robotrl.bench import latency
     from robotrl.bench.cells import BenchSetup, DelaySpec
-    from robotrl.bench.summary import find_row
     from robotrl.inference.evaluation import EVAL_SEED0
-    from robotrl.report.table import format_table
 
     _banner(
         5,
@@ -217,25 +194,32 @@ def stage_latency(args: argparse.Namespace) -> None:
         seed0=EVAL_SEED0,
         out_dir=out,
     )
-    rows = results["rows"]
-    print(
-        format_table(
-            ("mode", "delay (ticks)", "success", "mean ticks", "boundary jump ratio", "safety clamps"),
-            [
-                (
-                    r["mode"],
-                    r["delay"],
-                    f"{r['successes']}/{r['episodes']}",
-                    round(r["mean_ticks"], 1),
-                    "-" if r["disc_ratio_requested"] is None else round(r["disc_ratio_requested"], 2),
-                    r["step_clamps"],
-                )
-                for r in rows
-            ],
+    _latency_report(results["rows"])
+    print(f"report and plots: {out}/ (report.md, *.png); `robotrl bench latency` measures every mode and delay")
+
+
+def _latency_report(rows: list[dict]) -> None:
+    """The table of stage 5 and what it shows, in a sentence."""
+    from robotrl.bench.summary import find_row
+    from robotrl.report.table import format_table
+
+    def jump(r: dict) -> object:
+        return "-" if r["disc_ratio_requested"] is None else round(r["disc_ratio_requested"], 2)
+
+    columns = ("mode", "delay (ticks)", "success", "mean ticks", "boundary jump ratio", "safety clamps")
+    cells = [
+        (
+            r["mode"],
+            r["delay"],
+            f"{r['successes']}/{r['episodes']}",
+            round(r["mean_ticks"], 1),
+            jump(r),
+            r["step_clamps"],
         )
-    )
-    d = str(LATENCY_DELAY)
-    sync, naive, vlash = (find_row(rows, mode, d) for mode in ("sync", "naive", "vlash"))
+        for r in rows
+    ]
+    print(format_table(columns, cells))
+    sync, naive, vlash = (find_row(rows, mode, str(LATENCY_DELAY)) for mode in ("sync", "naive", "vlash"))
     assert sync is not None and naive is not None and vlash is not None  # every mode ran at d
     print(
         f"with {LATENCY_DELAY / 30:.2f} s of inference: sync stops for every chunk ({sync['mean_ticks']:.0f} ticks "
@@ -244,7 +228,6 @@ def stage_latency(args: argparse.Namespace) -> None:
         f"times; VLASH plans each chunk from the state the in-flight actions will reach: "
         f"{vlash['disc_ratio_requested']:.1f}x, {vlash['step_clamps']} clamps, {vlash['mean_ticks']:.0f} ticks"
     )
-    print(f"report and plots: {out}/ (report.md, *.png); `robotrl bench latency` measures every mode and delay")
 
 
 WEAK_TRAIN_MINUTES = 0.3
@@ -263,55 +246,25 @@ def stage_online(args: argparse.Namespace, dataset: Path) -> None:
     weak, out = args.out / "policy_weak", args.out / "online"
     for folder in (weak, out):
         shutil.rmtree(folder, ignore_errors=True)
-    _cli(
-        [
-            "train",
-            "--dataset",
-            str(dataset),
-            "--out",
-            str(weak),
-            "--minutes",
-            str(WEAK_TRAIN_MINUTES),
-            "--image-size",
-            str(args.image_size),
-            "--env-state",
-        ]
-    )
+    _cli("train", dataset=dataset, out=weak, minutes=WEAK_TRAIN_MINUTES, image_size=args.image_size, env_state=True)
     before = _shifted_success(weak)
     _cli(
-        [
-            "learn",
-            "--robot",
-            "sim",
-            "--task",
-            "reach",
-            "--policy",
-            str(weak),
-            "--scenario",
-            "shifted",
-            "--algo",
-            "hil-flow",
-            "--demo-dataset",
-            str(dataset),
-            "--out",
-            str(out),
-            "--episodes",
-            str(args.online_episodes),
-            "--seed",
-            str(args.seed + 2000),
-            "--stepped-delay",
-            "2",
-            "--budget-ticks",
-            "40",
-            "--taper-episodes",
-            str(max(1, args.online_episodes // 2)),
-            "--min-transitions",
-            "200",
-            "--publish-every",
-            "10",
-            "--checkpoint-every",
-            "50",
-        ]
+        "learn",
+        robot="sim",
+        task="reach",
+        policy=weak,
+        scenario="shifted",
+        algo="hil-flow",
+        demo_dataset=dataset,
+        out=out,
+        episodes=args.online_episodes,
+        seed=args.seed + 2000,
+        stepped_delay="2",
+        budget_ticks="40",
+        taper_episodes=max(1, args.online_episodes // 2),
+        min_transitions="200",
+        publish_every="10",
+        checkpoint_every="50",
     )
     after = _shifted_success(out / "learner" / "served")
     print(

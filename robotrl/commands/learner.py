@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from robotrl.commands.flags import add_field
 from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
 from robotrl.learn.job import LearnerJob
@@ -60,12 +61,10 @@ def add_learning_arguments(parser: argparse.ArgumentParser) -> None:
     learn.add_argument(
         "--algo",
         default="hil-flow",
-        help="sac (RLPD / HIL-SERL), hil-flow (weighted flow fine-tuning), dsrl (SAC over the noise); "
-        "default: hil-flow",
+        help="sac (RLPD / HIL-SERL), hil-flow (weighted flow "
+        "fine-tuning), dsrl (SAC over the noise); default: hil-flow",
     )
-    learn.add_argument(
-        "--preset", default=field_default(LearnerJob, "preset"), help="algorithm preset (default: %(default)s)"
-    )
+    add_field(learn, "--preset", LearnerJob, "algorithm preset")
     learn.add_argument(
         "--set",
         action="append",
@@ -81,58 +80,20 @@ def add_learning_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="LeRobotDataset folder loaded as demo transitions (repeatable)",
     )
-    learn.add_argument(
-        "--capacity",
-        type=int,
-        default=field_default(LearnerJob, "capacity"),
-        help="online transitions kept in RAM (default: %(default)s)",
-    )
-    learn.add_argument(
-        "--online-ratio",
-        type=float,
-        default=field_default(LearnerJob, "online_ratio"),
-        help="share of each batch from online rows, the rest demo + interventions (default: %(default)s)",
+    add_field(learn, "--capacity", LearnerJob, "online transitions kept in RAM")
+    add_field(
+        learn, "--online-ratio", LearnerJob, "share of each batch from online rows, the rest demo + interventions"
     )
     learn.add_argument("--staleness-cap", type=int, help="never sample online rows more than this many versions old")
     learn.add_argument("--no-fsync", action="store_true", help="skip fsync in the buffer log (faster, not crash-safe)")
-    learn.add_argument(
-        "--min-transitions",
-        type=int,
-        default=field_default(LearnerConfig, "min_transitions"),
-        help="samplable transitions before updating (default: %(default)s)",
-    )
-    learn.add_argument(
-        "--publish-every",
-        type=int,
-        default=field_default(LearnerConfig, "publish_every"),
-        help="updates between weight versions (default: %(default)s)",
-    )
-    learn.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=field_default(LearnerConfig, "checkpoint_every"),
-        help="updates between checkpoints (default: %(default)s)",
-    )
-    learn.add_argument(
-        "--log-every",
-        type=int,
-        default=field_default(LearnerConfig, "log_every"),
-        help="updates between updates.csv rows (default: %(default)s)",
-    )
+    add_field(learn, "--min-transitions", LearnerConfig, "samplable transitions before updating")
+    add_field(learn, "--publish-every", LearnerConfig, "updates between weight versions")
+    add_field(learn, "--checkpoint-every", LearnerConfig, "updates between checkpoints")
+    add_field(learn, "--log-every", LearnerConfig, "updates between updates.csv rows")
     learn.add_argument("--max-updates", type=int, help="stop after this many updates in total (default: until stopped)")
     learn.add_argument("--minutes", type=float, help="stop after this many minutes of this session")
-    learn.add_argument(
-        "--learner-seed",
-        type=int,
-        default=field_default(LearnerConfig, "seed"),
-        help="the learner's seed (default: %(default)s)",
-    )
-    learn.add_argument(
-        "--threads",
-        type=int,
-        default=field_default(LearnerJob, "threads"),
-        help="torch CPU threads of the learner (default: %(default)s)",
-    )
+    add_field(learn, "--learner-seed", LearnerConfig, "the learner's seed", field="seed")
+    add_field(learn, "--threads", LearnerJob, "torch CPU threads of the learner")
 
 
 def learner_job(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robotrl.core.config import field_default
+from robotrl.commands.flags import add_field
 from robotrl.core.errors import UserError
 from robotrl.record.run import RecordConfig
 from robotrl.record.teleop import TELEOPS, TeleopConfig, make_teleop
@@ -19,20 +19,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sim: task name (reach, pick_place); real arm: the instruction stored with every frame",
     )
     parser.add_argument("--teleop", default="expert", help=f"teleop device: {', '.join(TELEOPS)} (expert: sim only)")
-    parser.add_argument(
-        "--episodes",
-        type=int,
-        default=field_default(RecordConfig, "episodes"),
-        help="episodes to save (default: %(default)s)",
-    )
+    add_field(parser, "--episodes", RecordConfig, "episodes to save")
     parser.add_argument("--root", type=Path, required=True, help="dataset folder (must not exist unless --resume)")
     parser.add_argument("--resume", action="store_true", help="append to the dataset at --root")
     parser.add_argument("--fps", type=int, default=30, help="control and recording rate in Hz (default: 30)")
-    parser.add_argument("--seed", type=int, default=0, help="sim: seed of the first episode")
+    add_field(parser, "--seed", RecordConfig, "sim: seed of the first episode")
+    parser.add_argument(
+        "--max-seconds", type=float, default=20.0, help="longest episode in seconds (sim tasks end earlier)"
+    )
+    parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
+    parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
+    parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
+    _add_sim_arguments(parser)
+    add_device_arguments(parser)
+
+
+def _add_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulated arm's scene and cameras, and the scripted expert's noise."""
     parser.add_argument("--scenario", default="nominal", help="sim: nominal or shifted physics")
     parser.add_argument("--realtime", action="store_true", help="sim: pace on the wall clock (real arms always are)")
     parser.add_argument("--image-size", type=int, default=224, help="sim: camera height and width in pixels")
-    parser.add_argument("--noise", type=float, default=0.003, help="expert: std of end-effector noise per tick, metres")
+    parser.add_argument(
+        "--cameras",
+        default="front,wrist",
+        help="sim: comma-separated cameras to record, '' for none (default: front,wrist)",
+    )
+    add_field(parser, "--noise", TeleopConfig, "expert: std of end-effector noise per tick, metres", field="noise_m")
     parser.add_argument(
         "--perturb",
         type=float,
@@ -47,18 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="correlation time of the --perturb offset in ticks (default: 10)",
     )
-    parser.add_argument(
-        "--cameras",
-        default="front,wrist",
-        help="sim: comma-separated cameras to record, '' for none (default: front,wrist)",
-    )
-    parser.add_argument(
-        "--max-seconds", type=float, default=20.0, help="longest episode in seconds (sim tasks end earlier)"
-    )
-    parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
-    parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
-    parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
-    add_device_arguments(parser)
 
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,14 +71,7 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
 
 def teleop_config(name: str, args: argparse.Namespace) -> TeleopConfig:
     """The `TeleopConfig` of device `name` from the options of `add_device_arguments`."""
-    return TeleopConfig(
-        name,
-        args.leader_port,
-        args.leader_id,
-        args.replay_root,
-        args.replay_episode,
-        float(getattr(args, "noise", 0.0) or 0.0),
-    )
+    return TeleopConfig(name, args.leader_port, args.leader_id, args.replay_root, args.replay_episode, args.noise)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import signal
 import threading
 from pathlib import Path
 
-from robotrl.core.config import field_default
+from robotrl.commands.flags import add_field
 from robotrl.inference.server import ServeJob, ServerConfig
 
 
@@ -20,83 +20,83 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy", type=Path, help="checkpoint folder (robotrl train output or a lerobot pretrained_model folder)"
     )
-    parser.add_argument(
+    add_field(
+        parser,
         "--bind",
-        default=field_default(ServerConfig, "endpoint"),
-        help="endpoint to bind (default: %(default)s; tcp://*:5555 for other machines, with --curve-keys)",
+        ServerConfig,
+        "endpoint to bind (tcp://*:5555 for other machines, with --curve-keys)",
+        field="endpoint",
     )
     parser.add_argument(
         "--curve-keys",
         type=Path,
-        help="folder with server.key_secret and allowed_clients/ (public keys from `robotrl keys`): "
-        "encrypt and allow only those clients",
+        help="folder with server.key_secret and allowed_clients/ (public "
+        "keys from `robotrl keys`): encrypt and allow only those clients",
     )
-    parser.add_argument(
-        "--batch-wait-ms",
-        type=float,
-        default=field_default(ServerConfig, "batch_wait_ms"),
-        help="longest wait to batch requests of several robots (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--slow-rate-hz",
-        type=float,
-        default=field_default(ServerConfig, "slow_rate_hz"),
-        help="rate of the slow vision-language pathway per robot (default: %(default)s)",
-    )
-    parser.add_argument(
+    add_field(parser, "--batch-wait-ms", ServerConfig, "longest wait to batch requests of several robots")
+    add_field(parser, "--slow-rate-hz", ServerConfig, "rate of the slow vision-language pathway per robot")
+    add_field(
+        parser,
         "--max-step-rad",
-        type=float,
-        default=field_default(ServeJob, "step_rad"),
-        help="per-tick joint step used to clamp forwarded states, the robot's safety step "
-        "(default: %(default)s = 3 rad/s at 30 Hz)",
+        ServeJob,
+        "per-tick joint step used to clamp forwarded states, the robot's safety step (0.1 = 3 rad/s at 30 Hz)",
+        field="step_rad",
     )
-    parser.add_argument(
-        "--seed", type=int, default=field_default(ServeJob, "seed"), help="seed of the policy's sampling noise"
-    )
+    add_field(parser, "--seed", ServeJob, "seed of the policy's sampling noise")
     parser.add_argument(
         "--weights-from",
         metavar="tcp://HOST:PORT",
-        help="take new weights from a learner (`robotrl learner --weights`): its PUB socket is on "
-        "PORT, the latest-weights socket on PORT + 1; weights swap between chunks",
+        help="take new weights from a learner (`robotrl "
+        "learner --weights`): its PUB socket is on PORT, the latest-weights socket on PORT + 1; "
+        "weights swap between chunks",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from robotrl.core.config import load_config
-    from robotrl.core.errors import UserError
     from robotrl.inference.server import PolicyServer
     from robotrl.policies.loading import load_policy
 
-    if args.config is not None:
-        job = load_config(ServeJob, args.config)
-    elif args.policy is None:
-        raise UserError("give --policy CKPT (or --config FILE)")
-    else:
-        job = ServeJob(
-            args.policy,
-            ServerConfig(
-                endpoint=args.bind,
-                batch_wait_ms=args.batch_wait_ms,
-                slow_rate_hz=args.slow_rate_hz,
-                weights_from=args.weights_from,
-            ),
-            args.max_step_rad,
-            args.seed,
-            args.curve_keys,
-        )
+    job = _job(args)
     policy = load_policy(job.policy, seed=job.seed)
     config = replace(job.server, max_step_rad=(job.step_rad,) * policy.metadata.action_dim)
     server = PolicyServer(policy, config, curve=_curve(job.curve_keys))
     server.start()
+    meta = policy.metadata
     print(
-        f"serving {policy.metadata.policy_type} (H={policy.metadata.horizon}) on {server.endpoint}; "
-        f"model {server.model_ms:.1f} ms per chunk; Ctrl-C to stop",
+        f"serving {meta.policy_type} (H={meta.horizon}) on {server.endpoint}; model {server.model_ms:.1f} ms per "
+        "chunk; Ctrl-C to stop",
         flush=True,
     )
     if config.weights_from:
         print(f"taking new weights from {config.weights_from} (latest-weights requests on its port + 1)", flush=True)
+    try:
+        _report_until_stopped(server)
+    finally:
+        server.stop()
+    return 0
+
+
+def _job(args: argparse.Namespace) -> ServeJob:
+    from robotrl.core.config import load_config
+    from robotrl.core.errors import UserError
+
+    if args.config is not None:
+        return load_config(ServeJob, args.config)
+    if args.policy is None:
+        raise UserError("give --policy CKPT (or --config FILE)")
+    server = ServerConfig(
+        endpoint=args.bind,
+        batch_wait_ms=args.batch_wait_ms,
+        slow_rate_hz=args.slow_rate_hz,
+        weights_from=args.weights_from,
+    )
+    return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys)
+
+
+def _report_until_stopped(server) -> None:
+    """A line of chunk counts and server times every 10 s, until SIGTERM or Ctrl-C."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
@@ -110,9 +110,6 @@ def run(args: argparse.Namespace) -> int:
                 )
     except KeyboardInterrupt:
         pass
-    finally:
-        server.stop()
-    return 0
 
 
 def _curve(folder: Path | None):

@@ -28,10 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from robotrl.core.clock import WallClock
     from robotrl.core.robot import CameraSpec
-    from robotrl.inference.stepped import run_closed_loop
-    from robotrl.report.table import format_table
     from robotrl.sim.env import TaskEnv
-    from robotrl.sim.rollout import POLICIES, wilson_interval
+    from robotrl.sim.rollout import POLICIES
     from robotrl.sim.video import FrameSink
 
     if args.policy not in POLICIES:
@@ -43,29 +41,36 @@ def run(args: argparse.Namespace) -> int:
     cameras = (CameraSpec("front", size, size), CameraSpec("wrist", size, size)) if want_images else ()
     env = TaskEnv(args.task, args.scenario, arm=args.arm, cameras=cameras, clock=WallClock() if args.realtime else None)
     sink = FrameSink(args.video, args.png, fps=env.sim.spec.control_rate_hz, prefix=args.task) if want_images else None
-    rows = []
     try:
-        for i in range(args.episodes):
-            seed = args.seed + i
-            result = run_closed_loop(env, POLICIES[args.policy], seed, [sink] if sink else [])
-            rows.append(
-                (
-                    seed,
-                    env.instruction,
-                    "yes" if result.success else "no",
-                    round(result.episode_return, 2),
-                    result.ticks,
-                    result.safety_clamps,
-                )
-            )
+        rows = _episodes(args, env, [sink] if sink else [])
     finally:
         env.close()
         if sink:
             sink.close()
+    _report(rows)
+    if sink:
+        print(sink.summary())
+    return 0
+
+
+def _episodes(args: argparse.Namespace, env, observers: list) -> list[tuple]:
+    from robotrl.inference.stepped import run_closed_loop
+    from robotrl.sim.rollout import POLICIES
+
+    rows = []
+    for seed in range(args.seed, args.seed + args.episodes):
+        r = run_closed_loop(env, POLICIES[args.policy], seed, observers)
+        rows.append(
+            (seed, env.instruction, "yes" if r.success else "no", round(r.episode_return, 2), r.ticks, r.safety_clamps)
+        )
+    return rows
+
+
+def _report(rows: list[tuple]) -> None:
+    from robotrl.report.table import format_table
+    from robotrl.sim.rollout import wilson_interval
+
     print(format_table(("seed", "instruction", "success", "return", "ticks", "clamps"), rows))
     wins = sum(r[2] == "yes" for r in rows)
     lo, hi = wilson_interval(wins, len(rows))
     print(f"success {wins}/{len(rows)} (95% CI {lo:.2f}-{hi:.2f})")
-    if sink:
-        print(sink.summary())
-    return 0

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from robotrl.core.config import field_default
+from robotrl.commands.flags import add_field
 from robotrl.core.errors import UserError
 from robotrl.policies.fastslow.config import ACTION_MODES, FastSlowConfig
 from robotrl.train.trainer import TrainConfig
@@ -15,40 +15,33 @@ from robotrl.train.trainer import TrainConfig
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", type=Path, required=True, help="local LeRobotDataset folder")
     parser.add_argument("--out", type=Path, required=True, help="checkpoint folder to write (and resume from)")
-    parser.add_argument(
-        "--steps", type=int, default=field_default(TrainConfig, "steps"), help="optimizer steps (default: %(default)s)"
+    _add_policy_arguments(parser)
+    _add_augmentation_arguments(parser)
+    _add_run_arguments(parser)
+
+
+def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The policy's shape and inputs (`FastSlowConfig`)."""
+    add_field(parser, "--horizon", FastSlowConfig, "H, rows per chunk")
+    add_field(
+        parser, "--execute-steps", FastSlowConfig, "s, rows executed per chunk in evaluation and bench, and RTC's s"
     )
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=field_default(TrainConfig, "batch_size"),
-        help="examples per step (default: %(default)s)",
+    add_field(parser, "--image-size", FastSlowConfig, "training image size in pixels", field="image_size_px")
+    parser.add_argument("--cameras", default="front,wrist", help="comma-separated cameras (default: front,wrist)")
+    add_field(
+        parser,
+        "--action-mode",
+        FastSlowConfig,
+        "expert output parameterisation, normalised: delta = rows minus "
+        "the state; ee_delta / ee_absolute = gripper positions (minus the state's), IK back to joints, needs "
+        "--ee-features",
+        choices=ACTION_MODES,
     )
-    parser.add_argument(
-        "--lr", type=float, default=field_default(TrainConfig, "lr"), help="peak learning rate (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--k-max",
-        type=int,
-        default=field_default(TrainConfig, "k_max"),
-        help="VLASH offset augmentation: state/chunk k ~ U{0..K} ticks after the image (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--k-zero-prob",
-        type=float,
-        default=field_default(TrainConfig, "k_zero_prob"),
-        help="probability of offset k = 0 on top of the uniform draw; keeps delay-0 success "
-        "(measured on reach: 84%% with 0, 98%% with 0.5, 98%% without offsets) (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--latent-delay-max",
-        type=int,
-        default=field_default(TrainConfig, "latent_delay_max"),
-        help="delayed-latent augmentation: slow latent from a frame j ~ U{0..J} ticks older (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--rtc-train", action="store_true", help="training-time RTC: clean prefix of random length, loss on the postfix"
-    )
+    _add_privileged_arguments(parser)
+
+
+def _add_privileged_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a simulated dataset adds: privileged object positions, end-effector features."""
     parser.add_argument(
         "--env-state",
         action="store_true",
@@ -59,110 +52,81 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="D",
-        help="with --env-state: read it as objects of D numbers (pick_place: 3 = xyz per cube "
-        "and bin) that the instruction attends over (default: 0 = off)",
+        help="with --env-state: read it as objects of D numbers (pick_place: 3 = xyz per cube and "
+        "bin) that the instruction attends over (default: 0 = off)",
     )
     parser.add_argument(
         "--relative-objects",
         action="store_true",
-        help="with --env-objects and --ee-features: every object slot also gets its offset from "
-        "the gripper (decimetres)",
+        help="with --env-objects and --ee-features: every "
+        "object slot also gets its offset from the gripper (decimetres)",
     )
     parser.add_argument(
         "--ee-features",
         metavar="ARM",
         default="",
-        help="give the fast pathway end-effector features of the state from ARM's forward "
-        "kinematics (e.g. so101; default: off)",
+        help="give the fast pathway end-effector features "
+        "of the state from ARM's forward kinematics (e.g. so101; default: off)",
     )
-    _add_policy_arguments(parser)
-    _add_run_arguments(parser)
 
 
-def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """The policy's shape and inputs (`FastSlowConfig`)."""
-    parser.add_argument(
-        "--horizon",
-        type=int,
-        default=field_default(FastSlowConfig, "horizon"),
-        help="H, rows per chunk (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--execute-steps",
-        type=int,
-        default=field_default(FastSlowConfig, "execute_steps"),
-        help="s, rows executed per chunk in evaluation and bench, and RTC's s (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--image-size",
-        type=int,
-        default=field_default(FastSlowConfig, "image_size_px"),
-        help="training image size in pixels (default: %(default)s)",
-    )
-    parser.add_argument("--cameras", default="front,wrist", help="comma-separated cameras (default: front,wrist)")
-    parser.add_argument(
-        "--action-mode",
-        choices=ACTION_MODES,
-        default=field_default(FastSlowConfig, "action_mode"),
-        help="expert output parameterisation, normalised (default: delta = rows minus the state; "
-        "ee_delta / ee_absolute = gripper positions (minus the state's), IK back to joints, "
-        "needs --ee-features)",
-    )
-    parser.add_argument(
+def _add_augmentation_arguments(parser: argparse.ArgumentParser) -> None:
+    """What each example shows the policy (`TrainConfig`): targets, offsets, delays, shifts."""
+    add_field(
+        parser,
         "--action-key",
-        default=field_default(TrainConfig, "action_key"),
+        TrainConfig,
+        "targets: executed actions, or the teleop's (clean labels of a `record --perturb` dataset)",
         choices=("action", "action.teleop"),
-        help="targets: executed actions, or the teleop's (clean labels of a `record --perturb` "
-        "dataset) (default: %(default)s)",
     )
+    add_field(
+        parser, "--k-max", TrainConfig, "VLASH offset augmentation: state/chunk k ~ U{0..K} ticks after the image"
+    )
+    add_field(
+        parser,
+        "--k-zero-prob",
+        TrainConfig,
+        "probability of offset k = 0 on top of the uniform draw; keeps "
+        "delay-0 success (measured on reach: 84%% with 0, 98%% with 0.5, 98%% without offsets)",
+    )
+    add_field(
+        parser,
+        "--latent-delay-max",
+        TrainConfig,
+        "delayed-latent augmentation: slow latent from a frame j ~ U{0..J} ticks older",
+    )
+    parser.add_argument(
+        "--rtc-train", action="store_true", help="training-time RTC: clean prefix of random length, loss on the postfix"
+    )
+    add_field(parser, "--shift-px", TrainConfig, "random image shift augmentation in pixels")
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Augmentation, seed, threads, checkpoints, evaluation, budget (`TrainConfig`)."""
-    parser.add_argument(
-        "--shift-px",
-        type=int,
-        default=field_default(TrainConfig, "shift_px"),
-        help="random image shift augmentation in pixels (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=field_default(TrainConfig, "seed"), help="training seed (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=field_default(TrainConfig, "threads"),
-        help="torch CPU threads, at most 2; use 2 only on an otherwise idle machine (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--save-every",
-        type=int,
-        default=field_default(TrainConfig, "save_every"),
-        help="checkpoint period in steps (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--eval-every",
-        type=int,
-        default=field_default(TrainConfig, "eval_every"),
-        help="evaluation period in steps (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--eval-episodes",
-        type=int,
-        default=field_default(TrainConfig, "eval_episodes"),
-        help="simulated episodes per evaluation (default: %(default)s)",
-    )
+    """Optimisation, seed, threads, checkpoints, evaluation, budget (`TrainConfig`)."""
+    add_field(parser, "--steps", TrainConfig, "optimizer steps")
+    add_field(parser, "--batch-size", TrainConfig, "examples per step")
+    add_field(parser, "--lr", TrainConfig, "peak learning rate")
+    add_field(parser, "--seed", TrainConfig, "training seed")
+    add_field(parser, "--threads", TrainConfig, "torch CPU threads, at most 2; use 2 only on an otherwise idle machine")
+    add_field(parser, "--save-every", TrainConfig, "checkpoint period in steps")
+    add_field(parser, "--eval-every", TrainConfig, "evaluation period in steps (0: at the end only)")
+    add_field(parser, "--eval-episodes", TrainConfig, "simulated episodes per evaluation")
     parser.add_argument("--task", choices=("reach", "pick_place"), help="simulated task for evaluation")
     parser.add_argument("--minutes", type=float, help="wall-time budget; stops and saves when reached")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
 
 
 def run(args: argparse.Namespace) -> int:
-    from robotrl.report.table import format_table
-    from robotrl.train.trainer import TrainConfig, train
+    from robotrl.train.trainer import train
 
     if args.eval_episodes and not args.task:
         raise UserError("--eval-episodes needs --task reach|pick_place")
+    result = train(train_config(args), resume=args.resume)
+    _report(args.out, result)
+    return 0
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
     policy = {
         "horizon": args.horizon,
         "execute_steps": args.execute_steps,
@@ -174,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         "action_mode": args.action_mode,
         "ee_features_arm": args.ee_features,
     }
-    cfg = TrainConfig(
+    return TrainConfig(
         dataset=args.dataset,
         out=args.out,
         steps=args.steps,
@@ -195,28 +159,28 @@ def run(args: argparse.Namespace) -> int:
         time_budget_s=args.minutes * 60 if args.minutes else None,
         policy=policy,
     )
-    result = train(cfg, resume=args.resume)
+
+
+def _report(out: Path, result) -> None:
+    from robotrl.report.table import format_table
+
+    losses = f"{result.losses[0][1]:.4f} / {result.losses[-1][1]:.4f}" if result.losses else "-"
     rows = [
-        ("checkpoint", str(args.out)),
+        ("checkpoint", str(out)),
         ("steps", result.steps),
         ("train wall time (s)", round(result.wall_s, 1)),
         ("parameters", f"{result.num_parameters:,}"),
-        ("loss first / last", f"{result.losses[0][1]:.4f} / {result.losses[-1][1]:.4f}" if result.losses else "-"),
+        ("loss first / last", losses),
     ]
-    for e in result.evals:
-        rows.append(
-            (f"eval @ step {e['step']}", f"{e['success_rate']:.0%} [{e['wilson95_low']:.0%}, {e['wilson95_high']:.0%}]")
-        )
+    rows += [
+        (f"eval @ step {e['step']}", f"{e['success_rate']:.0%} [{e['wilson95_low']:.0%}, {e['wilson95_high']:.0%}]")
+        for e in result.evals
+    ]
     print(format_table(("metric", "value"), rows))
-    (args.out / "train_summary.json").write_text(
-        json.dumps(
-            {
-                "steps": result.steps,
-                "wall_s": result.wall_s,
-                "parameters": result.num_parameters,
-                "evals": result.evals,
-            },
-            indent=2,
-        )
-    )
-    return 0
+    summary = {
+        "steps": result.steps,
+        "wall_s": result.wall_s,
+        "parameters": result.num_parameters,
+        "evals": result.evals,
+    }
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2))

@@ -18,7 +18,21 @@ if TYPE_CHECKING:
 
 
 @runtime_checkable
-class Buffer(Protocol):
+class Sampler(Protocol):
+    """What a learning algorithm samples its batches from (docs/algorithms.md section 3):
+    online rows mixed with demonstrations, each with its staleness."""
+
+    def sample_transitions(
+        self, batch_size: int, learner_version: int, rng: np.random.Generator
+    ) -> TransitionSample: ...
+
+    def sample_chunks(
+        self, batch_size: int, horizon: int, learner_version: int, rng: np.random.Generator
+    ) -> ChunkSample: ...
+
+
+@runtime_checkable
+class Buffer(Sampler, Protocol):
     """Crash-safe online transitions plus demonstrations (`robotrl.buffer.OnlineBuffer`)."""
 
     @property
@@ -36,14 +50,6 @@ class Buffer(Protocol):
     def add(self, batch: TransitionBatch) -> Episode | None:
         """Store `batch`; the episode it committed, or None while the episode runs."""
         ...
-
-    def sample_transitions(
-        self, batch_size: int, learner_version: int, rng: np.random.Generator
-    ) -> TransitionSample: ...
-
-    def sample_chunks(
-        self, batch_size: int, horizon: int, learner_version: int, rng: np.random.Generator
-    ) -> ChunkSample: ...
 
 
 @runtime_checkable

@@ -89,7 +89,11 @@ def make_intervener(config: InterventionConfig, arm: OpenArm) -> tuple[Intervene
     if config.who == "none":
         return None, None
     if config.who == "scripted":
+        from robotrl.sim.env import TaskEnv
         from robotrl.sim.intervener import ScriptedIntervener
+
+        if not isinstance(arm.task, TaskEnv):
+            raise UserError("the scripted intervener needs a simulated arm (--robot sim)")
 
         return ScriptedIntervener(
             arm.task,

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from robotrl.core.errors import ConfigError
+from robotrl.core.learning import Sampler
 from robotrl.core.policy import SavablePolicy
 from robotrl.train.state import optimizer_from_flat, optimizer_to_flat
 
@@ -25,7 +26,7 @@ from robotrl.train.state import optimizer_from_flat, optimizer_to_flat
 class Algorithm(Protocol):
     name: str
 
-    def update(self, buffer, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
+    def update(self, buffer: Sampler, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
         """One update step from batches of `buffer` (an OnlineBuffer) sampled with `rng`.
         Metrics include the loss terms, "ess" (ESS/B of the example weights; 1.0 when
         unweighted), "staleness_mean" and "grad_norm"."""

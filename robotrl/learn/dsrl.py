@@ -22,6 +22,7 @@ import torch
 from robotrl.buffer.sampler import ChunkSample
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.core.errors import ConfigError
+from robotrl.core.learning import Sampler
 from robotrl.learn.algorithm import batch_metrics
 from robotrl.learn.hil_flow import check_policy_spec, flow_inputs
 from robotrl.learn.sac_core import SacCore, SacCoreConfig
@@ -109,7 +110,7 @@ class Dsrl(SacCore):
         return flow_math.sample(velocity, noise, c.flow_steps).flatten(1)
 
     # --- one update ------------------------------------------------------------------------
-    def update(self, buffer, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
+    def update(self, buffer: Sampler, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
         cfg = self.config
         for _ in range(cfg.utd_ratio):
             s = buffer.sample_chunks(cfg.batch_size, self.horizon, learner_version, rng)

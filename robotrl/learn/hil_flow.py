@@ -22,6 +22,7 @@ import torch
 from robotrl.buffer.sampler import ChunkSample
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.core.errors import ConfigError
+from robotrl.core.learning import Sampler
 from robotrl.learn.algorithm import (
     batch_metrics,
     check_saved_config,
@@ -216,7 +217,7 @@ class HilFlow:
             self.torch_rng = torch.get_rng_state()
         self.updates = 0
 
-    def update(self, buffer, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
+    def update(self, buffer: Sampler, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
         cfg = self.config
         sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, self.policy.config.horizon, learner_version, rng)
         rows = accepted_rows(sample.is_demo, sample.episode_success, sample.intervention, sample.mask)

@@ -33,9 +33,10 @@ import numpy as np
 import torch
 import zmq
 
+from robotrl.buffer.sampler import ChunkSample, TransitionSample
 from robotrl.buffer.spec import SpecMismatch
 from robotrl.core.errors import ConfigError, ProtocolError, WireError
-from robotrl.core.learning import Buffer, WeightPublisher
+from robotrl.core.learning import Buffer, Sampler, WeightPublisher
 from robotrl.learn.algorithm import Algorithm
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from robotrl.learn.metrics import CsvLog, plot_learning_curves, plot_update_curves, staleness_histogram
@@ -414,15 +415,17 @@ class SampleRecorder:
     of the online rows each `sample_transitions` / `sample_chunks` returned (for the
     staleness histogram in updates.csv)."""
 
-    def __init__(self, buffer: Any) -> None:
+    def __init__(self, buffer: Sampler) -> None:
         self._buffer = buffer
         self._staleness: list[np.ndarray] = []
 
-    def sample_transitions(self, *args, **kwargs):
-        return self._record(self._buffer.sample_transitions(*args, **kwargs))
+    def sample_transitions(self, batch_size: int, learner_version: int, rng: np.random.Generator) -> TransitionSample:
+        return self._record(self._buffer.sample_transitions(batch_size, learner_version, rng))
 
-    def sample_chunks(self, *args, **kwargs):
-        return self._record(self._buffer.sample_chunks(*args, **kwargs))
+    def sample_chunks(
+        self, batch_size: int, horizon: int, learner_version: int, rng: np.random.Generator
+    ) -> ChunkSample:
+        return self._record(self._buffer.sample_chunks(batch_size, horizon, learner_version, rng))
 
     def take(self) -> np.ndarray:
         """Staleness (k,) of the online rows sampled since the last call."""
@@ -433,6 +436,6 @@ class SampleRecorder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._buffer, name)
 
-    def _record(self, sample):
+    def _record[S: (TransitionSample, ChunkSample)](self, sample: S) -> S:
         self._staleness.append(np.asarray(sample.staleness)[~np.asarray(sample.is_demo, dtype=bool)])
         return sample

@@ -19,6 +19,7 @@ import torch
 from robotrl.buffer.sampler import TransitionSample
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.core.errors import ConfigError
+from robotrl.core.learning import Sampler
 from robotrl.learn.algorithm import batch_metrics
 from robotrl.learn.sac_core import SacCore, SacCoreConfig
 from robotrl.policies.sac.config import SacNetConfig
@@ -80,7 +81,7 @@ class Sac(SacCore):
         super().__init__(net, config, config.target_entropy_per_dim * spec.action_dim, seed=seed)
 
     # --- one update ------------------------------------------------------------------------
-    def update(self, buffer, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
+    def update(self, buffer: Sampler, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
         c = self.config
         self.actor.train()
         for _ in range(c.utd_ratio):

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robotrl.core.errors import UserError
+from robotrl.hardware.safety import SafeRobot
+from robotrl.hardware.teleop.base import TeleopDevice
+from robotrl.record.loop import Session
 
 TELEOPS = ("expert", "keyboard", "gamepad", "leader", "replay")
 
@@ -25,11 +28,11 @@ class TeleopConfig:
     """replay: dataset whose actions are replayed."""
     replay_episode: int = 0
     """replay: episode index."""
-    noise_m: float = 0.0
-    """expert: noise on its Cartesian reference, metres."""
+    noise_m: float = 0.003
+    """expert: std of the noise on its end-effector reference per tick, metres."""
 
 
-def make_teleop(cfg: TeleopConfig, session):
+def make_teleop(cfg: TeleopConfig, session: Session | SafeRobot) -> TeleopDevice:
     """The teleop device `cfg.name` for `session` (a `TaskEnv` or `RobotSession`)."""
     name = cfg.name
     if name == "expert":
