@@ -54,7 +54,6 @@ class RemoteChunkSource:
         self._waiting: tuple[int, int] | None = None  # (request id, monotonic ns when sent)
 
     def request(self, obs: PolicyObservation) -> None:
-        prefix = obs.prefix_rad if obs.prefix_rad is not None else np.zeros((0, self.action_dim))
         self._next_id += 1
         sent_ns = time.monotonic_ns()
         msg = ObservationRequest(
@@ -62,7 +61,8 @@ class RemoteChunkSource:
             request_id=self._next_id,
             tick=obs.tick,
             state=np.asarray(obs.state_rad, dtype=np.float64),
-            in_flight=np.asarray(prefix, dtype=np.float64),
+            in_flight=np.zeros((0, self.action_dim)),  # the executor forwarded the state already
+            prefix=None if obs.prefix_rad is None else np.asarray(obs.prefix_rad, dtype=np.float64),
             images=obs.images,
             instruction=obs.instruction,
             delay_ticks=obs.delay_ticks,

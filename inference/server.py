@@ -43,12 +43,16 @@ from robotrl.core.policy import (
 from robotrl.inference.chunking import forward_state
 from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
+from robotrl.inference.requests import request_problem
 from robotrl.wire.keys import ServerKeys
 from robotrl.wire.messages import ChunkReply, ErrorReply, Message, ObservationRequest
 from robotrl.wire.transport import ServerSocket
 from robotrl.wire.weights import WeightSubscriber, weight_endpoints
 
 log = logging.getLogger(__name__)
+
+ERRORS_LOGGED_EVERY = 100
+"""After the first error of a kind, one log line per this many."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,11 @@ class PolicyServer:
         """Weight version -> `time.monotonic_ns()` when its first chunk was ready."""
         self.subscriber: WeightSubscriber | None = None
         self._model_lock = threading.Lock()  # slow pathway vs weight swap
+        self.errors: dict[str, int] = {}
+        """Unexpected errors by kind ("model thread", "policy", "slow pathway", "bad request")."""
+        self.last_error = ""
+        self.refused = 0
+        """Malformed requests answered with an error."""
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -279,32 +288,58 @@ class PolicyServer:
                 log.debug("reply dropped: %s", exc)
 
     def _model_loop(self) -> None:
+        """Batch and answer requests until stopped. An unexpected error is logged (with its
+        traceback the first time of each kind) and counted, and the loop goes on: one
+        request never stops the model thread for the other robots."""
         while not self._stop.is_set():
             try:
-                first = self._requests.get(timeout=0.02)
+                self._serve_next_batch()
+            except Exception as exc:
+                self._note_error("model thread", exc)
+
+    def _serve_next_batch(self) -> None:
+        try:
+            first = self._requests.get(timeout=0.02)
+        except queue.Empty:
+            self._apply_pending_weights()  # idle: swap now, the next chunk needs no wait
+            return
+        batch = {first.request.robot_id: first}
+        deadline = time.perf_counter() + self.config.batch_wait_ms / 1000.0
+        while len(batch) < self.config.max_batch:
+            try:
+                more = self._requests.get(timeout=max(0.0, deadline - time.perf_counter()))
             except queue.Empty:
-                self._apply_pending_weights()  # idle: swap now, the next chunk needs no wait
-                continue
-            batch = {first.request.robot_id: first}
-            deadline = time.perf_counter() + self.config.batch_wait_ms / 1000.0
-            while len(batch) < self.config.max_batch:
-                try:
-                    more = self._requests.get(timeout=max(0.0, deadline - time.perf_counter()))
-                except queue.Empty:
-                    break
-                batch[more.request.robot_id] = more  # a robot's newest request wins
-            self._apply_pending_weights()
-            self._answer(list(batch.values()))
+                break
+            batch[more.request.robot_id] = more  # a robot's newest request wins
+        self._apply_pending_weights()
+        self._answer(list(batch.values()))
 
     def _answer(self, batch: list[_Pending]) -> None:
+        """Refuse the malformed requests (an error to each sender alone), answer the rest."""
+        valid = []
+        for p in batch:
+            problem = request_problem(p.request, self.policy.metadata)
+            if problem is None:
+                valid.append(p)
+                continue
+            self.refused += 1
+            self._note_error("bad request", ValueError(f"from {p.request.robot_id!r}: {problem}"), traceback=False)
+            self._reply(p.identity, ErrorReply(request_id=p.request.request_id, code="bad_request", message=problem))
+        if valid:
+            self._answer_valid(valid)
+
+    def _answer_valid(self, batch: list[_Pending]) -> None:
         start_ns = time.perf_counter_ns()
-        observations = [self._observation(p.request) for p in batch]
         try:
-            chunks = self._predict(observations, [p.request.robot_id for p in batch])
-        except Exception as exc:  # the model failed: tell the robots, keep serving
-            log.exception("policy failed")
-            for p in batch:
-                self._reply(p.identity, ErrorReply(request_id=p.request.request_id, code="server", message=str(exc)))
+            chunks = self._predict([self._observation(p.request) for p in batch], [p.request.robot_id for p in batch])
+        except Exception as exc:
+            if len(batch) > 1:  # find the request the policy fails on: the others still get their chunks
+                for p in batch:
+                    self._answer_valid([p])
+                return
+            self._note_error("policy", exc)
+            request = batch[0].request
+            self._reply(batch[0].identity, ErrorReply(request_id=request.request_id, code="server", message=str(exc)))
             return
         model_ns = time.perf_counter_ns() - start_ns
         self.first_chunk_ns.setdefault(self.version, time.monotonic_ns())
@@ -323,6 +358,27 @@ class PolicyServer:
                 ),
             )
 
+    def _note_error(self, kind: str, exc: BaseException, *, traceback: bool = True) -> None:
+        """Count an error of `kind`; log the first one (with its traceback when asked) and
+        then every `ERRORS_LOGGED_EVERY`-th, with the count, so a flood makes few lines."""
+        with self._lock:
+            self.errors[kind] = count = self.errors.get(kind, 0) + 1
+            self.last_error = f"{kind}: {exc}"
+        if count == 1 or count % ERRORS_LOGGED_EVERY == 0:
+            log.warning("%s (%d so far): %s", kind, count, exc, exc_info=exc if traceback and count == 1 else None)
+
+    def health(self) -> dict:
+        """Threads alive, errors by kind, the last error, requests waiting and refused."""
+        with self._lock:
+            errors, last = dict(self.errors), self.last_error
+        return {
+            "threads_alive": {t.name: t.is_alive() for t in self._threads},
+            "errors": errors,
+            "last_error": last,
+            "queued_requests": self._requests.qsize(),
+            "refused": self.refused,
+        }
+
     def _reply(self, identity: bytes, reply: Message) -> None:
         self._replies.put((identity, reply))
         try:
@@ -338,7 +394,7 @@ class PolicyServer:
             req.delay_ticks,
             max_step_rad=self._max_step,
         )
-        prefix = np.asarray(req.in_flight, dtype=np.float64) if len(req.in_flight) else None
+        prefix = np.asarray(req.prefix, dtype=np.float64) if req.prefix is not None and len(req.prefix) else None
         obs = PolicyObservation(
             state_rad=s_hat,
             tick=req.tick,
@@ -376,8 +432,11 @@ class PolicyServer:
                 newest = dict(self._newest_obs)
                 self._newest_obs.clear()
             for robot_id, obs in newest.items():
-                with self._model_lock:
-                    self._latents.refresh(robot_id, obs, self.version)
+                try:
+                    with self._model_lock:
+                        self._latents.refresh(robot_id, obs, self.version)
+                except Exception as exc:  # that robot's latent stays as it was; the thread goes on
+                    self._note_error("slow pathway", exc)
 
     def _apply_pending_weights(self) -> None:
         with self._lock:

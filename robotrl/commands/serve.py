@@ -101,13 +101,15 @@ def _report_until_stopped(server) -> None:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
         while not done.wait(10.0):
-            total = server.stats.percentiles_ms("total")
-            if total:
-                print(
-                    f"chunks {server.stats.count('total')}  server time p50 {total['p50']:.1f} ms "
-                    f"p99 {total['p99']:.1f} ms  version {server.version}",
-                    flush=True,
-                )
+            total = server.stats.percentiles_ms("total") or {"p50": 0.0, "p99": 0.0}
+            health = server.health()
+            alive = sum(health["threads_alive"].values())
+            print(
+                f"chunks {server.stats.count('total')}  server time p50 {total['p50']:.1f} ms p99 {total['p99']:.1f} "
+                f"ms  version {server.version}  threads {alive}/{len(health['threads_alive'])}  refused "
+                f"{health['refused']}  errors {sum(health['errors'].values())}",
+                flush=True,
+            )
     except KeyboardInterrupt:
         pass
 

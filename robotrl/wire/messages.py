@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 """Wire protocol version, sent in every `Hello`; peers with another version are refused."""
 
 
@@ -50,9 +50,10 @@ class ObservationRequest(_Message, tag="observation"):
     uint8 (H, W, 3) RGB array; when sending, a value may also be a `codec.JpegImage`
     (already compressed), and `codec.encode(..., jpeg_quality=q)` compresses arrays;
     decoding always yields arrays. `in_flight`: (n, A) actions already sent or queued
-    for ticks `tick .. tick + n - 1` (n may be 0). `prev_chunk_tail`: (m, A) rows of the
-    previous chunk not yet executed, or None. `sent_time_ns`: client `time.monotonic_ns()`
-    when sent (only compared with the client's own clock).
+    for ticks `tick .. tick + n - 1` (n may be 0); the server forwards `state` over its
+    first `delay_ticks` rows. `prefix`: (P, A) the robot's current plan for the chunk's own
+    ticks `tick + delay_ticks ..` (RTC guidance), or None. `sent_time_ns`: client
+    `time.monotonic_ns()` when sent (only compared with the client's own clock).
     """
 
     robot_id: str
@@ -63,7 +64,7 @@ class ObservationRequest(_Message, tag="observation"):
     images: dict[str, np.ndarray] = {}
     instruction: str = ""
     delay_ticks: int = 0
-    prev_chunk_tail: np.ndarray | None = None
+    prefix: np.ndarray | None = None
     sent_time_ns: int = 0
     env_state: np.ndarray | None = None
     """(E,) privileged task features (simulation only), or None."""

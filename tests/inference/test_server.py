@@ -297,3 +297,145 @@ def test_four_simulated_arms_on_one_server_each_reach_their_own_target():
     for env in envs:
         env.close()
     assert all(r is not None and r[0] for r in results), results
+
+
+class FailsOnMarker(RampPolicy):
+    """A `RampPolicy` whose model raises for an observation whose first joint is 9.0 (a
+    policy bug one robot's data triggers)."""
+
+    def predict_chunks(self, observations: list[PolicyObservation]) -> list[ActionChunk]:
+        if any(obs.state_rad[0] == 9.0 for obs in observations):
+            raise RuntimeError("the model met a state it cannot handle")
+        return super().predict_chunks(observations)
+
+
+@pytest.mark.parametrize(
+    "bad, refusal",
+    [
+        (dict(delay=-1), "delay_ticks -1 not in"),
+        (dict(in_flight=np.zeros((3, 4))), "in_flight has shape (3, 4)"),
+        (dict(state=np.zeros(5)), "state has shape (5,)"),
+        (dict(state=np.full(6, np.nan)), "NaN"),
+    ],
+)
+def test_a_malformed_request_is_refused_to_its_sender_alone(bad, refusal):
+    """The bad request gets one error; the other robot is answered before and after it,
+    and every server thread is still alive."""
+    with PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*", batch_wait_ms=20)) as server:
+        with (
+            ClientSocket(server.endpoint, robot_id="good") as good,
+            ClientSocket(server.endpoint, robot_id="bad") as evil,
+        ):
+            good.connect(timeout_s=5)
+            evil.connect(timeout_s=5)
+            state = bad.pop("state", np.zeros(6))
+            evil.send(request("bad", 1, state, **bad))
+            good.send(request("good", 1, np.full(6, 0.2)))  # likely in the same batch
+            reply = evil.recv(timeout_s=5)
+            assert reply.code == "bad_request" and refusal in reply.message
+            answer = good.recv(timeout_s=5)
+            assert isinstance(answer, ChunkReply)
+            np.testing.assert_allclose(answer.actions[0], np.full(6, 0.21), atol=1e-6)
+            assert isinstance(good.request(request("good", 2, np.full(6, 0.3)), 5), ChunkReply)
+        health = server.health()
+    assert all(health["threads_alive"].values()) and health["refused"] == 1
+    assert health["errors"] == {"bad request": 1}
+
+
+def test_a_policy_failure_on_one_request_never_reaches_another_robot():
+    with PolicyServer(FailsOnMarker(), ServerConfig(endpoint="tcp://127.0.0.1:*", batch_wait_ms=50)) as server:
+        with ClientSocket(server.endpoint, robot_id="a") as a, ClientSocket(server.endpoint, robot_id="b") as b:
+            a.connect(timeout_s=5)
+            b.connect(timeout_s=5)
+            a.send(request("a", 1, np.full(6, 9.0)))
+            b.send(request("b", 1, np.full(6, 0.5)))
+            failed, served = a.recv(timeout_s=5), b.recv(timeout_s=5)
+        health = server.health()
+    assert failed.code == "server" and "cannot handle" in failed.message
+    assert isinstance(served, ChunkReply) and served.request_id == 1  # b got its own chunk, not a's error
+    np.testing.assert_allclose(served.actions[0], np.full(6, 0.51), atol=1e-6)
+    assert all(health["threads_alive"].values()) and health["errors"]["policy"] == 1
+
+
+def test_a_missing_camera_is_refused_before_it_reaches_the_slow_pathway():
+    from robotrl.policies.fastslow.config import FastSlowConfig
+    from robotrl.policies.fastslow.model import FastSlowModel
+    from robotrl.policies.fastslow.normalize import Normalizer
+    from robotrl.policies.fastslow.policy import FastSlowPolicy
+    from robotrl.policies.fastslow.vocab import Vocabulary
+
+    cfg = FastSlowConfig(
+        width=16,
+        cnn_channels=(8, 8),
+        expert_hidden=32,
+        expert_blocks=1,
+        horizon=H,
+        execute_steps=4,
+        image_size_px=16,
+        flow_steps=2,
+        cameras=("front",),
+    )
+    norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((H, 6)), np.full((H, 6), 0.02))
+    vocab = Vocabulary(["<pad>", "<unk>", "reach"])
+    policy = FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab)
+    with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", slow_rate_hz=20.0)) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            refused = client.request(request("arm", 1, np.zeros(6)), 5)
+            seen = request("arm", 2, np.zeros(6), tick=11)
+            seen.images = {"front": np.zeros((16, 16, 3), np.uint8)}
+            served = client.request(seen, 5)
+            time.sleep(0.2)  # the slow pathway refreshes from the newest images meanwhile
+        health = server.health()
+    assert refused.code == "bad_request" and "no image from camera 'front'" in refused.message
+    assert isinstance(served, ChunkReply)
+    assert all(health["threads_alive"].values()) and "slow pathway" not in health["errors"]
+
+
+class Seen(RampPolicy):
+    """A `RampPolicy` that keeps every observation it answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[PolicyObservation] = []
+
+    def predict_chunks(self, observations: list[PolicyObservation]) -> list[ActionChunk]:
+        self.seen += observations
+        return super().predict_chunks(observations)
+
+
+def test_vlash_rtc_through_a_server_sees_the_state_the_stepped_path_forwards():
+    """The executor forwards the state and sends the RTC plan as `prefix`: the server
+    neither forwards it again nor mistakes the plan for in-flight rows."""
+    d, ticks, config = 3, 40, ExecutorConfig("vlash+rtc")
+    local_policy, served_policy = Seen(), Seen()
+    env = TaskEnv("reach", cameras=())
+    try:
+        from robotrl.inference.executor import LocalChunkSource
+
+        executor = Executor(env.robot, LocalChunkSource(local_policy, d), H, config, initial_delay_ticks=d)
+        runner = EpisodeRunner(env.robot, env, executor, env.clock)
+        runner.begin(3)
+        for _ in range(ticks):
+            runner.tick()
+        remote_env = TaskEnv("reach", cameras=())
+        with PolicyServer(served_policy, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=0)) as server:
+            with ClientSocket(server.endpoint, robot_id="arm") as client:
+                info = client.connect(timeout_s=5)
+                executor = remote_executor(remote_env.robot, client, info, config, robot_id="arm", stepped_delay=d)
+                runner = EpisodeRunner(remote_env.robot, remote_env, executor, remote_env.clock)
+                runner.begin(3)
+                for _ in range(ticks):
+                    runner.tick()
+        remote_env.close()
+    finally:
+        env.close()
+    assert len(served_policy.seen) == len(local_policy.seen) >= 4
+    assert any(obs.prefix_rad is not None for obs in local_policy.seen)
+    for local, served in zip(local_policy.seen, served_policy.seen):
+        assert (served.tick, served.delay_ticks) == (local.tick, local.delay_ticks)
+        np.testing.assert_allclose(served.state_rad, local.state_rad, atol=1e-6)
+        if local.prefix_rad is None:
+            assert served.prefix_rad is None
+        else:
+            np.testing.assert_allclose(served.prefix_rad, local.prefix_rad, atol=1e-6)

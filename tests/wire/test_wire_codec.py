@@ -93,7 +93,7 @@ def observation(**changes) -> ObservationRequest:
             "front": RNG.integers(0, 256, (224, 224, 3), dtype=np.uint8),
             "wrist": RNG.integers(0, 256, (96, 96, 3), dtype=np.uint8),
         },
-        prev_chunk_tail=np.zeros((5, 6), np.float32),
+        prefix=np.zeros((5, 6), np.float32),
         sent_time_ns=123,
     )
     return ObservationRequest(**(fields | changes))
@@ -101,7 +101,7 @@ def observation(**changes) -> ObservationRequest:
 
 @pytest.mark.parametrize("tail", [None, np.zeros((5, 6), np.float32)])
 def test_observation_request_round_trip(tail):
-    msg = observation(prev_chunk_tail=tail)
+    msg = observation(prefix=tail)
     frames = codec.encode(msg)
     assert len(frames) == 2  # the 224x224x3 image (150 kB) travels as its own frame
     got = codec.decode(wire(frames))
@@ -117,7 +117,7 @@ def test_observation_request_round_trip(tail):
         assert_same_array(getattr(got, name), getattr(msg, name))
     for cam in msg.images:
         assert_same_array(got.images[cam], msg.images[cam])
-    assert (got.prev_chunk_tail is None) == (tail is None)
+    assert (got.prefix is None) == (tail is None)
 
 
 @pytest.mark.parametrize(
