@@ -41,6 +41,14 @@ class ArmConfig:
             raise UserError(f"unknown robot {self.robot!r}; choose {', '.join(ROBOTS)}")
         if self.robot != "sim" and not self.port:
             raise UserError(f"--robot {self.robot} needs --port (see `robotrl devices`)")
+        if self.robot == "sim":
+            from robotrl.sim.scenario import SCENARIOS
+            from robotrl.sim.tasks import TASKS
+
+            if self.task not in TASKS:
+                raise UserError(f"unknown task {self.task!r} for the simulated arm; choose {', '.join(TASKS)}")
+            if self.scenario not in SCENARIOS:
+                raise UserError(f"unknown scenario {self.scenario!r}; choose {', '.join(SCENARIOS)}")
 
     @property
     def simulated(self) -> bool:

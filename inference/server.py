@@ -46,11 +46,13 @@ from robotrl.inference.latents import LatentCache
 from robotrl.inference.requests import request_problem
 from robotrl.wire.keys import ServerKeys
 from robotrl.wire.messages import ChunkReply, ErrorReply, Message, ObservationRequest
-from robotrl.wire.transport import ServerSocket
+from robotrl.wire.transport import MAX_MESSAGE_BYTES, ServerSocket
 from robotrl.wire.weights import WeightSubscriber, weight_endpoints
 
 log = logging.getLogger(__name__)
 
+RECEIVE_PER_LOOP = 64
+"""Messages the I/O thread takes in before it sends the replies waiting."""
 ERRORS_LOGGED_EVERY = 100
 """After the first error of a kind, one log line per this many."""
 
@@ -69,6 +71,8 @@ class ServerConfig:
     """Per-joint step limit applied while forwarding states (the robot's safety clamp)."""
     warmup_calls: int = 3
     """Model calls made before robots are accepted (excluded from latency statistics)."""
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """Largest request accepted; a robot that sends a larger one is disconnected."""
     weights_from: str | None = None
     """The learner's weight endpoint "tcp://host:port" (its PUB socket; port + 1 answers
     requests for the latest weights), or None to serve fixed weights."""
@@ -226,7 +230,12 @@ class PolicyServer:
             "env_state_dim": self.policy.metadata.env_state_dim,
         }
         try:
-            server = ServerSocket(self.config.endpoint, curve=self.curve, server_info=info)
+            server = ServerSocket(
+                self.config.endpoint,
+                curve=self.curve,
+                server_info=info,
+                max_message_bytes=self.config.max_message_bytes,
+            )
         except BaseException as exc:  # surfaced by start()
             self._startup_error = exc
             self._ready.set()
@@ -255,16 +264,20 @@ class PolicyServer:
             server.close()
 
     def _receive(self, server: ServerSocket) -> None:
-        while server.socket.poll(0, zmq.POLLIN):
+        """Take in at most `RECEIVE_PER_LOOP` messages (then the replies go out, so a flood
+        from one peer cannot starve the others' answers)."""
+        for _ in range(RECEIVE_PER_LOOP):
+            if not server.socket.poll(0, zmq.POLLIN):
+                return
             try:
                 identity, msg = server.recv(timeout_s=0.0)
             except TransportTimeout:
-                return  # it was a hello or heartbeat, answered already
+                continue  # it was a hello or heartbeat, answered already
             except ProtocolError as exc:
-                log.warning("%s", exc)
+                self._note_error("protocol", exc, traceback=False)
                 continue
             if isinstance(msg, ObservationRequest):
-                self._requests.put(_Pending(identity, msg, time.perf_counter_ns()))
+                self._take_request(server, identity, msg)
             else:
                 server.send(
                     identity,
@@ -275,6 +288,17 @@ class PolicyServer:
                     ),
                     0.0,
                 )
+
+    def _take_request(self, server: ServerSocket, identity: bytes, msg: ObservationRequest) -> None:
+        """Queue `msg` for the model thread, unless it names another robot than the hello
+        of its connection did (a robot id belongs to the connection that said hello with it)."""
+        hello = server.peers.get(identity)
+        if hello is not None and msg.robot_id != hello.robot_id:
+            self._note_error("wrong robot id", ValueError(f"{hello.robot_id!r} sent {msg.robot_id!r}"), traceback=False)
+            message = f"this connection said hello as {hello.robot_id!r}; it may not ask for {msg.robot_id!r}"
+            self._reply(identity, ErrorReply(request_id=msg.request_id, code="wrong_robot_id", message=message))
+            return
+        self._requests.put(_Pending(identity, msg, time.perf_counter_ns()))
 
     def _send_replies(self, server: ServerSocket) -> None:
         while True:

@@ -16,8 +16,24 @@ POLICY_TYPES = ("fastslow_flow", "sac", "dsrl")
 
 
 def load_policy(path: Path, *, seed: int = 0) -> ChunkPolicy:
-    """Load the checkpoint folder at `path`; the folder alone is enough."""
-    doc = read_config(Path(path))
+    """Load the checkpoint folder at `path`; the folder alone is enough. A folder whose
+    files cannot be read (truncated, corrupt, from another version) is a `ConfigError`
+    naming the folder and the reason."""
+    from safetensors import SafetensorError
+
+    try:
+        return _load(Path(path), seed)
+    except (SafetensorError, OSError, KeyError, RuntimeError, ValueError) as exc:
+        if isinstance(exc, (ConfigError, FileNotFoundError)):  # already say what is wrong
+            raise
+        raise ConfigError(
+            f"cannot load the checkpoint {path}: {type(exc).__name__}: {exc} "
+            "(truncated or corrupt? train or copy it again)"
+        ) from None
+
+
+def _load(path: Path, seed: int) -> ChunkPolicy:
+    doc = read_config(path)
     policy_type = doc.get("policy_type")
     if policy_type == "fastslow_flow":
         from robotrl.policies.fastslow.policy import FastSlowPolicy

@@ -13,6 +13,7 @@ from robotrl.commands.arm_options import (
     executor_config,
     server_endpoint,
 )
+from robotrl.core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from robotrl.learn.launch import stop
 
+    if args.episodes < 1 or args.max_seconds <= 0:
+        raise UserError("--episodes must be >= 1 and --max-seconds > 0")
     arm, executor = arm_config(args), executor_config(args)  # bad options fail before a server starts
     endpoint, server = server_endpoint(args)
     try:
@@ -38,10 +41,10 @@ def _episodes(args: argparse.Namespace, arm, config, endpoint: str) -> list:
     from robotrl.inference.remote import remote_executor
     from robotrl.inference.runner import EpisodeRunner, StatusLine
     from robotrl.learn.launch import curve_keys
-    from robotrl.wire.client import ClientSocket
+    from robotrl.wire.client import CONNECT_TIMEOUT_S, ClientSocket
 
     with ClientSocket(endpoint, robot_id=arm.name, curve=curve_keys(args.curve_keys)) as client:
-        info = client.connect(timeout_s=10.0)
+        info = client.connect(timeout_s=CONNECT_TIMEOUT_S)
         opened = open_arm(arm, info)
         try:
             executor = remote_executor(opened.robot, client, info, config, robot_id=arm.name)

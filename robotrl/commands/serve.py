@@ -57,8 +57,10 @@ def run(args: argparse.Namespace) -> int:
 
     from robotrl.inference.server import PolicyServer
     from robotrl.policies.loading import load_policy
+    from robotrl.wire.transport import check_bindable
 
     job = _job(args)
+    check_bindable(job.server.endpoint)  # a port in use fails now, not after the model loads
     policy = load_policy(job.policy, seed=job.seed)
     config = replace(job.server, max_step_rad=(job.step_rad,) * policy.metadata.action_dim)
     server = PolicyServer(policy, config, curve=_curve(job.curve_keys))

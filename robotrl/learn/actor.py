@@ -119,13 +119,13 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
     from robotrl.inference.transitions import TransitionRecorder, TransitionStreamer
     from robotrl.learn.launch import curve_keys
     from robotrl.learn.metrics import CsvLog, EpisodeLog
-    from robotrl.wire.client import ClientSocket
+    from robotrl.wire.client import CONNECT_TIMEOUT_S, ClientSocket
 
     start = time.monotonic() if wall_start_s is None else wall_start_s
     with ExitStack() as stack:
         client = ClientSocket(job.server, robot_id=job.arm.name, curve=curve_keys(job.curve_keys))
         stack.callback(client.close)
-        info = client.connect(timeout_s=10.0)
+        info = client.connect(timeout_s=CONNECT_TIMEOUT_S)
         arm = open_arm(job.arm, info, stepped=job.stepped_delay is not None)
         stack.callback(arm.close)
         intervener, device = make_intervener(job.intervention, arm)

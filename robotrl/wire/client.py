@@ -30,6 +30,14 @@ from robotrl.wire.transport import _ms, send_frames
 log = logging.getLogger(__name__)
 
 
+HEARTBEAT_S = 0.15
+"""An idle client's heartbeat period: with `MISSED_HEARTBEATS` a dead server is noticed
+within about half a second, and the arm holds from that tick."""
+MISSED_HEARTBEATS = 3
+CONNECT_TIMEOUT_S = 3.0
+"""How long a robot waits for a server's hello reply before saying it is unreachable."""
+
+
 class ClientSocket:
     """DEALER socket connected to a `ServerSocket` at `endpoint`.
 
@@ -53,8 +61,8 @@ class ClientSocket:
         role: str = "robot",
         client_info: dict[str, Any] | None = None,
         curve: ClientKeys | None = None,
-        heartbeat_s: float = 1.0,
-        missed_heartbeats: int = 3,
+        heartbeat_s: float = HEARTBEAT_S,
+        missed_heartbeats: int = MISSED_HEARTBEATS,
         reconnect_ivl_ms: int = 100,
         reconnect_ivl_max_ms: int = 2000,
         jpeg_quality: int | None = None,

@@ -34,6 +34,9 @@ from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, Heartbeat, Heart
 log = logging.getLogger(__name__)
 
 _SEND_RETRY_S = 0.0005
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest message a `ServerSocket` accepts (ZMQ_MAXMSGSIZE; a peer sending a larger one
+is disconnected before it is buffered): eight 1080p RGB frames fit."""
 
 
 class ServerSocket:
@@ -54,6 +57,7 @@ class ServerSocket:
         curve: ServerKeys | None = None,
         server_info: dict[str, Any] | None = None,
         peer_expiry_s: float = 60.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.server_info = dict(server_info or {})
         self.peer_expiry_s = peer_expiry_s
@@ -66,6 +70,7 @@ class ServerSocket:
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         try:
             if curve is not None:
                 self._start_curve(curve)
@@ -193,6 +198,20 @@ class ServerSocket:
         for identity in [i for i, seen in self._last_seen_s.items() if seen < cutoff]:
             del self._last_seen_s[identity]
             self.peers.pop(identity, None)
+
+
+def check_bindable(endpoint: str) -> None:
+    """Raise `WireError` (one line) if `endpoint` is malformed or its port taken, before
+    anything slow (a model load) starts; the real server binds it again right after."""
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.ROUTER)
+    try:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise WireError(f"cannot bind {endpoint}: {exc} (another server there? pick another port)") from None
+    finally:
+        sock.close(linger=0)
 
 
 def _ms(seconds: float) -> int:

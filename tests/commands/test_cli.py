@@ -132,9 +132,11 @@ def test_bad_input_is_one_clear_line(argv, message, capsys):
 
 
 def test_deploy_to_a_missing_server_times_out_clearly(capsys):
-    # nothing listens on port 1: the client gives up after its connect timeout
+    # nothing listens on port 1: the client gives up after its connect timeout (3 s)
+    start = time.perf_counter()
     assert main(["deploy", "--server", "tcp://127.0.0.1:1", "--task", "reach"]) == 2
     assert "no hello from a server" in capsys.readouterr().err
+    assert time.perf_counter() - start < 5.0
 
 
 def test_bench_sim_writes_results(tmp_path, capsys):
@@ -198,3 +200,70 @@ def test_bench_policy_needs_a_checkpoint(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", "policy"])
     assert exc.value.code == 2 and "--policy" in capsys.readouterr().err
+
+
+def _tiny_checkpoint(path) -> None:
+    import numpy as np
+
+    from robotrl.policies.fastslow.config import FastSlowConfig
+    from robotrl.policies.fastslow.model import FastSlowModel
+    from robotrl.policies.fastslow.normalize import Normalizer
+    from robotrl.policies.fastslow.policy import FastSlowPolicy
+    from robotrl.policies.fastslow.vocab import Vocabulary
+
+    cfg = FastSlowConfig(
+        width=16,
+        cnn_channels=(8, 8),
+        expert_hidden=32,
+        expert_blocks=1,
+        horizon=8,
+        execute_steps=4,
+        flow_steps=2,
+        cameras=(),
+    )
+    norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((8, 6)), np.full((8, 6), 0.02))
+    vocab = Vocabulary(["<pad>", "<unk>", "reach"])
+    FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab).save(path)
+
+
+def test_a_truncated_checkpoint_is_one_clear_line(tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    _tiny_checkpoint(ckpt)
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    assert main(["serve", "--policy", str(ckpt), "--bind", "tcp://127.0.0.1:*"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load the checkpoint" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_refuses_a_taken_or_malformed_endpoint_before_loading_the_model(tmp_path, capsys):
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        for endpoint in (f"tcp://127.0.0.1:{port}", "tcp://nowhere-at-all"):
+            start = time.perf_counter()
+            # the checkpoint does not even exist: the endpoint is checked first
+            assert main(["serve", "--policy", str(tmp_path / "none"), "--bind", endpoint]) == 2
+            err = capsys.readouterr().err
+            assert f"cannot bind {endpoint}" in err and "Traceback" not in err
+            assert time.perf_counter() - start < 2.0
+    finally:
+        sock.close(linger=0)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["deploy", "--episodes", "-1", "--server", "tcp://127.0.0.1:1"], "--episodes must be >= 1"),
+        (["deploy", "--task", "juggle", "--policy", "/nonexistent/ckpt"], "unknown task 'juggle'"),
+        (["deploy", "--scenario", "lunar", "--server", "tcp://127.0.0.1:1"], "unknown scenario 'lunar'"),
+    ],
+)
+def test_deploy_checks_its_options_before_starting_anything(argv, message, capsys):
+    start = time.perf_counter()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert time.perf_counter() - start < 2.0  # no server started, no connection attempted

@@ -439,3 +439,62 @@ def test_vlash_rtc_through_a_server_sees_the_state_the_stepped_path_forwards():
             assert served.prefix_rad is None
         else:
             np.testing.assert_allclose(served.prefix_rad, local.prefix_rad, atol=1e-6)
+
+
+def test_a_robot_id_belongs_to_the_connection_that_said_hello_with_it():
+    with PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
+        with (
+            ClientSocket(server.endpoint, robot_id="arm0") as arm0,
+            ClientSocket(server.endpoint, robot_id="thief") as thief,
+        ):
+            arm0.connect(timeout_s=5)
+            thief.connect(timeout_s=5)
+            refused = thief.request(request("arm0", 7, np.full(6, 0.4)), 5)
+            served = arm0.request(request("arm0", 1, np.full(6, 0.1)), 5)
+        health = server.health()
+    assert refused.code == "wrong_robot_id" and "said hello as 'thief'" in refused.message
+    assert isinstance(served, ChunkReply) and served.request_id == 1
+    np.testing.assert_allclose(served.actions[0], np.full(6, 0.11), atol=1e-6)
+    assert health["errors"] == {"wrong robot id": 1}
+
+
+def test_an_oversized_message_disconnects_its_sender_and_nobody_else():
+    config = ServerConfig(endpoint="tcp://127.0.0.1:*", max_message_bytes=1_000_000)
+    with PolicyServer(RampPolicy(), config) as server:
+        with ClientSocket(server.endpoint, robot_id="big") as big, ClientSocket(server.endpoint, robot_id="ok") as ok:
+            big.connect(timeout_s=5)
+            ok.connect(timeout_s=5)
+            huge = request("big", 1, np.zeros(6))
+            huge.images = {"front": np.zeros((1000, 1000, 3), np.uint8)}  # 3 MB
+            big.send(huge)
+            with pytest.raises(WireError):  # never answered
+                big.recv(timeout_s=1.0)
+            served = ok.request(request("ok", 1, np.full(6, 0.2)), 5)
+        health = server.health()
+    assert isinstance(served, ChunkReply)
+    assert all(health["threads_alive"].values()) and health["queued_requests"] == 0
+
+
+def test_a_dead_server_is_noticed_within_a_second_by_default():
+    """Default client heartbeats: the arm holds within about 0.6 s of the server dying,
+    not after the 2 s reply timeout."""
+    env = TaskEnv("reach", cameras=(), clock=WallClock())
+    server = PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=0))
+    server.start()
+    client = ClientSocket(server.endpoint, robot_id="arm0")
+    try:
+        info = client.connect(timeout_s=5)
+        executor = remote_executor(env.robot, client, info, ExecutorConfig(), robot_id="arm0")
+        runner = EpisodeRunner(env.robot, env, executor, env.clock)
+        runner.begin(5)
+        for _ in range(15):
+            runner.tick()
+        server.stop()
+        stopped = time.monotonic()
+        while not executor.lost and time.monotonic() - stopped < 3.0:
+            runner.tick()
+        noticed_s = time.monotonic() - stopped
+    finally:
+        client.close()
+        env.close()
+    assert executor.lost and noticed_s < 1.0
