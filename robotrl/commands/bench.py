@@ -19,6 +19,9 @@ BENCHES = {
     "buffer": "online replay buffer vs lerobot's ReplayBuffer: transitions/s in (journal + commit), B=256 batches/s "
     "out, bytes per transition in RAM and on disk, recovery time, transitions lost after kill -9 "
     "(--episodes x 200 rows, 2 cameras 64x64)",
+    "hostile": "a well-behaved robot's chunk latency p50/p99 alone and while hostile peers send 10,000 bad frames "
+    "(garbage, truncations, bit flips, huge shapes, bad dtypes, wrong versions, bad multipart, a 50 MB frame, another "
+    "robot's id); dead threads, wrong replies, RSS growth",
     "learner": "SAC updates/s (batch 256, utd 2, CPU, 1 thread) vs lerobot's SACAlgorithm on equal networks, "
     "state-only and with one 64x64 camera",
 }
@@ -147,6 +150,35 @@ def _sim2sim_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _buffer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=50, help="episodes of 200 transitions (default: 50)")
+
+
+def _hostile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--frames", type=int, default=10_000, help="hostile frames sent (default: 10000)")
+    parser.add_argument("--requests", type=int, default=300, help="round trips of the robot per phase (default: 300)")
+
+
+def _bench_hostile(args: argparse.Namespace) -> dict:
+    from robotrl.bench import hostile
+    from robotrl.report.table import format_table
+
+    results = hostile.run(frames=args.frames, requests=args.requests)
+    keys = (
+        "hostile_frames_sent",
+        "alone_p50_ms",
+        "alone_p99_ms",
+        "loaded_p50_ms",
+        "loaded_p99_ms",
+        "p99_ratio",
+        "wrong_replies",
+        "dead_threads",
+        "refused",
+        "rss_growth_mb",
+    )
+    print(format_table(("metric", "value"), [(k, round(results[k], 3)) for k in keys if k in results]))
+    print(f"errors by kind: {results['errors']}")
+    for target, met in results["targets"].items():
+        print(f"target ({target}): {'met' if met else 'MISSED'}")
+    return results
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -394,6 +426,7 @@ _PARSERS = {
     "latency": (BENCHES["latency"], _latency_arguments),
     "sim2sim": (BENCHES["sim2sim"], _sim2sim_arguments),
     "buffer": (BENCHES["buffer"], _buffer_arguments),
+    "hostile": (BENCHES["hostile"], _hostile_arguments),
     "learner": (BENCHES["learner"], _no_arguments),
 }
 
@@ -406,5 +439,6 @@ _BENCH_RUNNERS = {
     "latency": _bench_latency,
     "sim2sim": _bench_sim2sim,
     "buffer": _bench_buffer,
+    "hostile": _bench_hostile,
     "learner": _bench_learner,
 }

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 from pathlib import Path
 
 from robotrl.commands.flags import add_field
 from robotrl.inference.server import ServeJob, ServerConfig
+
+STATUS_EVERY_S = 10.0
+"""Seconds between two status lines."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,10 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if config.weights_from:
         print(f"taking new weights from {config.weights_from} (latest-weights requests on its port + 1)", flush=True)
     try:
-        _report_until_stopped(server)
+        return _report_until_stopped(server)
     finally:
         server.stop()
-    return 0
 
 
 def _job(args: argparse.Namespace) -> ServeJob:
@@ -97,12 +100,13 @@ def _job(args: argparse.Namespace) -> ServeJob:
     return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys)
 
 
-def _report_until_stopped(server) -> None:
-    """A line of chunk counts and server times every 10 s, until SIGTERM or Ctrl-C."""
+def _report_until_stopped(server) -> int:
+    """A line of chunk counts, server times and health every 10 s, until SIGTERM or
+    Ctrl-C (0), or until a server thread has died (1: the server cannot serve, say so)."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
-        while not done.wait(10.0):
+        while not done.wait(STATUS_EVERY_S):
             total = server.stats.percentiles_ms("total") or {"p50": 0.0, "p99": 0.0}
             health = server.health()
             alive = sum(health["threads_alive"].values())
@@ -112,8 +116,17 @@ def _report_until_stopped(server) -> None:
                 f"{health['refused']}  errors {sum(health['errors'].values())}",
                 flush=True,
             )
+            dead = [name for name, alive in health["threads_alive"].items() if not alive]
+            if dead:
+                print(
+                    f"robotrl serve: error: thread(s) {', '.join(dead)} stopped ({health['last_error'] or 'no error'})"
+                    "; exiting so a supervisor can restart the server",
+                    file=sys.stderr,
+                )
+                return 1
     except KeyboardInterrupt:
         pass
+    return 0
 
 
 def _curve(folder: Path | None):

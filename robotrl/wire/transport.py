@@ -34,9 +34,9 @@ from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, Heartbeat, Heart
 log = logging.getLogger(__name__)
 
 _SEND_RETRY_S = 0.0005
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Largest message a `ServerSocket` accepts (ZMQ_MAXMSGSIZE; a peer sending a larger one
-is disconnected before it is buffered): eight 1080p RGB frames fit."""
+is disconnected before it is buffered): two raw 1080p RGB frames fit."""
 
 
 class ServerSocket:

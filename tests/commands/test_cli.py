@@ -267,3 +267,26 @@ def test_deploy_checks_its_options_before_starting_anything(argv, message, capsy
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert time.perf_counter() - start < 2.0  # no server started, no connection attempted
+
+
+def test_serve_exits_non_zero_when_a_server_thread_has_died(monkeypatch, capsys):
+    from robotrl.commands import serve
+    from robotrl.inference.latency import LatencyStats
+
+    class DeadModelThread:  # what PolicyServer.health() says once its model thread is gone
+        stats, version = LatencyStats(), 3
+
+        def health(self) -> dict:
+            return {
+                "threads_alive": {"robotrl-server-io": True, "robotrl-server-model": False},
+                "errors": {"model thread": 1},
+                "last_error": "model thread: boom",
+                "queued_requests": 0,
+                "refused": 0,
+            }
+
+    monkeypatch.setattr(serve, "STATUS_EVERY_S", 0.01)
+    assert serve._report_until_stopped(DeadModelThread()) == 1
+    captured = capsys.readouterr()
+    assert "threads 1/2" in captured.out
+    assert "robotrl-server-model stopped (model thread: boom)" in captured.err
