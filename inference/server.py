@@ -44,7 +44,7 @@ from robotrl.inference.chunking import forward_state
 from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
 from robotrl.inference.requests import request_problem
-from robotrl.wire.keys import ServerKeys
+from robotrl.wire.keys import ServerKeys, client_keys
 from robotrl.wire.messages import ChunkReply, ErrorReply, Message, ObservationRequest
 from robotrl.wire.transport import MAX_MESSAGE_BYTES, ServerSocket
 from robotrl.wire.weights import WeightSubscriber, weight_endpoints
@@ -76,6 +76,9 @@ class ServerConfig:
     weights_from: str | None = None
     """The learner's weight endpoint "tcp://host:port" (its PUB socket; port + 1 answers
     requests for the latest weights), or None to serve fixed weights."""
+    weights_keys: Path | None = None
+    """Folder with this server's `client.key_secret` and the learner's `server.key`: the
+    weights channel is encrypted and the learner only talks to allowed keys (CURVE)."""
 
 
 STEP_RAD = 0.1
@@ -170,7 +173,8 @@ class PolicyServer:
             self.stop()
             raise RuntimeError(f"policy server failed to start: {self._startup_error}")
         if endpoints is not None:
-            self.subscriber = WeightSubscriber(*endpoints, self.set_weights, newer_than=self.version)
+            keys = None if self.config.weights_keys is None else client_keys(self.config.weights_keys)
+            self.subscriber = WeightSubscriber(*endpoints, self.set_weights, newer_than=self.version, curve=keys)
             self.subscriber.start()
 
     def stop(self) -> None:

@@ -22,6 +22,7 @@ import zmq
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.inference.runner import EpisodeResult, TickEvent
 from robotrl.wire import codec
+from robotrl.wire.keys import ClientKeys, curve_client
 from robotrl.wire.messages import TransitionBatch
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class TransitionStreamer:
         every_ticks: int = 8,
         sndhwm: int = 256,
         linger_s: float = 1.0,
+        curve: ClientKeys | None = None,
     ) -> None:
         if every_ticks < 1 or sndhwm < 1:
             raise ValueError(f"every_ticks={every_ticks} and sndhwm={sndhwm} must be >= 1")
@@ -84,6 +86,8 @@ class TransitionStreamer:
         self._sock = self._ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.SNDHWM, sndhwm)
         self._sock.setsockopt(zmq.LINGER, int(linger_s * 1000))
+        if curve is not None:  # encrypted; the learner only takes batches from allowed keys
+            curve_client(self._sock, curve)
         self._sock.connect(endpoint)
         self.sent_batches = self.dropped_batches = self.sent_rows = 0
         self.episode_id = -1

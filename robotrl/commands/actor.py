@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
     parser.add_argument("--transitions", help="the learner's transitions endpoint, e.g. tcp://learner:5560")
     parser.add_argument(
+        "--learner-keys",
+        type=Path,
+        help="folder with this robot's client.key_secret and the learner's server.key: encrypt the transitions (CURVE)",
+    )
+    parser.add_argument(
         "--stepped-delay",
         type=int,
         metavar="D",
@@ -115,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             args.stepped_delay,
             args.actor_log,
             args.curve_keys,
+            args.learner_keys,
         )
         run_actor(job)
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from robotrl.commands.flags import add_field
@@ -43,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="weights PUB endpoint; the latest-weights socket binds port + 1 (default: %(default)s)",
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out (checkpoint + buffer log)")
+    parser.add_argument(
+        "--curve-keys",
+        type=Path,
+        help="folder with the learner's server.key_secret and "
+        "allowed_clients/ (the actors' and servers' public keys): encrypt the transitions and "
+        "weights channels and hear only those keys",
+    )
     add_learning_arguments(parser)
     spec = parser.add_argument_group("transition spec (what executors send; default: from --policy, else these)")
     spec.add_argument("--spec", type=Path, help="TransitionSpec JSON file (e.g. OUT/spec.json of another run)")
@@ -150,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             weights=args.weights,
             spec=_flag_spec(args),
         )
+        job = replace(job, curve_keys=args.curve_keys)
     run_learner(job)
     return 0
 

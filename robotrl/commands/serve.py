@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "learner --weights`): its PUB socket is on PORT, the latest-weights socket on PORT + 1; "
         "weights swap between chunks",
     )
+    parser.add_argument(
+        "--learner-keys",
+        type=Path,
+        help="with --weights-from: folder with this server's client.key_secret and the learner's server.key (CURVE)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +101,7 @@ def _job(args: argparse.Namespace) -> ServeJob:
         batch_wait_ms=args.batch_wait_ms,
         slow_rate_hz=args.slow_rate_hz,
         weights_from=args.weights_from,
+        weights_keys=args.learner_keys,
     )
     return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys)
 

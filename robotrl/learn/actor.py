@@ -76,6 +76,9 @@ class ActorJob:
     """CSV file: one row per episode."""
     curve_keys: Path | None = None
     """Folder with this robot's client.key_secret and the server's server.key (CURVE)."""
+    learner_keys: Path | None = None
+    """Folder with this robot's client.key_secret and the learner's server.key: the
+    transitions are encrypted and only accepted from allowed keys (CURVE)."""
 
     def __post_init__(self) -> None:
         if not self.arm.simulated and (self.intervention.who == "scripted" or self.stepped_delay is not None):
@@ -120,6 +123,7 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
     from robotrl.learn.launch import curve_keys
     from robotrl.learn.metrics import CsvLog, EpisodeLog
     from robotrl.wire.client import CONNECT_TIMEOUT_S, ClientSocket
+    from robotrl.wire.keys import client_keys
 
     start = time.monotonic() if wall_start_s is None else wall_start_s
     with ExitStack() as stack:
@@ -147,7 +151,9 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
             stack.callback(log.close)
         observers: list = [EpisodeLog(log, job.arm.name, job.episodes, start)]
         if job.transitions:
-            streamer = TransitionStreamer(job.transitions, job.arm.name, served_spec(info, arm.robot.spec.num_joints))
+            keys = None if job.learner_keys is None else client_keys(job.learner_keys)
+            spec = served_spec(info, arm.robot.spec.num_joints)
+            streamer = TransitionStreamer(job.transitions, job.arm.name, spec, curve=keys)
             stack.callback(streamer.close)
             observers.append(TransitionRecorder(streamer))
         runner = EpisodeRunner(arm.robot, arm.task, executor, arm.clock, observers=observers)

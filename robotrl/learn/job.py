@@ -56,6 +56,10 @@ class LearnerJob:
     """fsync the buffer log (crash-safe); False is faster."""
     threads: int = 1
     """torch CPU threads."""
+    curve_keys: Path | None = None
+    """Folder with the learner's `server.key_secret` and `allowed_clients/` (the actors'
+    and servers' public keys): the transitions and weights channels are encrypted and
+    only allowed keys are heard (CURVE). None: open, for loopback or a trusted network."""
 
 
 def resolve_spec(job: LearnerJob) -> TransitionSpec:
@@ -89,6 +93,7 @@ def run_learner(job: LearnerJob) -> None:
     from robotrl.buffer.online import OnlineBuffer
     from robotrl.learn.learner import run_exists
     from robotrl.learn.registry import make_algorithm
+    from robotrl.wire.keys import server_keys
     from robotrl.wire.weights import WeightPublisher, weight_endpoints
 
     out = Path(job.loop.out)
@@ -121,8 +126,9 @@ def run_learner(job: LearnerJob) -> None:
             f"buffer {job.buffer}: {buffer.committed_episodes} episodes, {buffer.committed_transitions} "
             f"online transitions recovered in {buffer.recovery_s:.2f} s"
         )
-        publisher = WeightPublisher(pub_endpoint, latest_endpoint)
-        learner = Learner(algorithm, buffer, publisher, job.loop, resume=job.resume, meta=meta)
+        keys = None if job.curve_keys is None else server_keys(job.curve_keys)
+        publisher = WeightPublisher(pub_endpoint, latest_endpoint, curve=keys)
+        learner = Learner(algorithm, buffer, publisher, job.loop, resume=job.resume, meta=meta, curve=keys)
         algorithm.served_policy().save(out / SERVED)  # what a server starts from (`serve --policy`)
         print(
             f"transitions: {learner.transitions_endpoint}  weights: {publisher.pub_endpoint} "

@@ -41,7 +41,9 @@ from robotrl.learn.algorithm import Algorithm
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from robotrl.learn.metrics import CsvLog, plot_learning_curves, plot_update_curves, staleness_histogram
 from robotrl.wire import codec
+from robotrl.wire.keys import ServerKeys, curve_server
 from robotrl.wire.messages import TransitionBatch
+from robotrl.wire.transport import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,7 @@ class Learner:
         *,
         resume: bool = False,
         meta: dict | None = None,
+        curve: ServerKeys | None = None,
     ) -> None:
         self.algorithm, self.buffer, self.publisher, self.cfg = algorithm, buffer, publisher, cfg
         self.meta = dict(meta or {})
@@ -155,6 +158,8 @@ class Learner:
         self._pull = self._ctx.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
         self._pull.setsockopt(zmq.RCVHWM, 1000)
+        self._pull.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self._auth = None if curve is None else curve_server(self._ctx, curve, self._pull)
         try:
             self._pull.bind(cfg.transitions_endpoint)
         except zmq.ZMQError as exc:
@@ -406,6 +411,8 @@ class Learner:
         return max(times)
 
     def _close_sockets(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
         self._pull.close(linger=0)
         self._ctx.term()
 

@@ -10,14 +10,18 @@ holds public + secret key, is created with mode 0600 and never leaves its machin
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 import zmq.auth
+import zmq.auth.thread
 
 from robotrl.core.errors import WireError
+
+log = logging.getLogger(__name__)
 
 _BANNER = (
     "#   ****  Generated on {when} by robotrl keys  ****\n"
@@ -46,6 +50,43 @@ class ClientKeys:
     """This client's `<name>.key_secret`."""
     server_public_file: Path
     """The server's public `<name>.key`."""
+
+
+def curve_server(ctx: zmq.Context, keys: ServerKeys, *socks: zmq.Socket) -> zmq.auth.thread.ThreadAuthenticator:
+    """Make `socks` (of context `ctx`, not bound yet) CURVE servers that only talk to the
+    clients whose public keys are in `keys.allowed_clients_dir`; the authenticator
+    returned must be stopped when the context closes (one per context)."""
+    public, secret = load_keypair(keys.secret_file)
+    if not keys.allowed_clients_dir.is_dir():
+        raise FileNotFoundError(
+            f"allowed-clients folder {keys.allowed_clients_dir} not found: "
+            "create it and copy the clients' public .key files into it"
+        )
+    auth = zmq.auth.thread.ThreadAuthenticator(ctx, log=log)
+    auth.start()
+    auth.configure_curve(domain="*", location=str(keys.allowed_clients_dir))
+    for sock in socks:
+        sock.curve_server = True
+        sock.curve_publickey, sock.curve_secretkey = public, secret
+    return auth
+
+
+def curve_client(sock: zmq.Socket, keys: ClientKeys) -> None:
+    """Make `sock` (not connected yet) a CURVE client of the server whose public key is
+    `keys.server_public_file`."""
+    public, secret = load_keypair(keys.secret_file)
+    sock.curve_publickey, sock.curve_secretkey = public, secret
+    sock.curve_serverkey = load_public_key(keys.server_public_file)
+
+
+def server_keys(folder: Path) -> ServerKeys:
+    """The server side of a keys folder: `server.key_secret` and `allowed_clients/`."""
+    return ServerKeys(secret_file=folder / "server.key_secret", allowed_clients_dir=folder / "allowed_clients")
+
+
+def client_keys(folder: Path) -> ClientKeys:
+    """The client side of a keys folder: `client.key_secret` and the server's `server.key`."""
+    return ClientKeys(secret_file=folder / "client.key_secret", server_public_file=folder / "server.key")
 
 
 def write_keypair(folder: Path, name: str, overwrite: bool = False) -> tuple[Path, Path]:

@@ -28,7 +28,7 @@ import zmq.auth.thread
 
 from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WireError
 from robotrl.wire import codec
-from robotrl.wire.keys import ServerKeys, load_keypair
+from robotrl.wire.keys import ServerKeys, curve_server
 from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, Heartbeat, HeartbeatAck, Hello, HelloReply, Message
 
 log = logging.getLogger(__name__)
@@ -88,17 +88,7 @@ class ServerSocket:
             raise WireError(f"cannot bind {endpoint}: {exc} (another server there? pick another port)") from None
 
     def _start_curve(self, curve: ServerKeys) -> None:
-        public, secret = load_keypair(curve.secret_file)
-        if not curve.allowed_clients_dir.is_dir():
-            raise FileNotFoundError(
-                f"allowed-clients folder {curve.allowed_clients_dir} not found: "
-                "create it and copy the clients' public .key files into it"
-            )
-        self._auth = zmq.auth.thread.ThreadAuthenticator(self._ctx, log=log)
-        self._auth.start()
-        self._auth.configure_curve(domain="*", location=str(curve.allowed_clients_dir))
-        self._sock.curve_server = True
-        self._sock.curve_publickey, self._sock.curve_secretkey = public, secret
+        self._auth = curve_server(self._ctx, curve, self._sock)
 
     @property
     def socket(self) -> zmq.Socket:

@@ -31,6 +31,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from robotrl.core.errors import ProtocolError, WireError
 from robotrl.wire import codec
+from robotrl.wire.keys import ClientKeys, ServerKeys, curve_client, curve_server
 from robotrl.wire.messages import ErrorReply, WeightsAnnouncement, WeightsRequest
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,10 @@ def weight_endpoints(endpoint: str) -> tuple[str, str]:
     return f"tcp://{parts.hostname}:{port}", f"tcp://{parts.hostname}:{port + 1}"
 
 
+REQUEST_MAX_BYTES = 64 * 1024
+"""Largest message the latest-weights socket takes in (a `WeightsRequest` is tiny)."""
+
+
 class WeightPublisher:
     """Learner side: publishes weights and answers requests for the newest.
 
@@ -70,14 +75,18 @@ class WeightPublisher:
         requests_answered: `WeightsRequest`s answered with weights.
     """
 
-    def __init__(self, pub_endpoint: str, latest_endpoint: str) -> None:
+    def __init__(self, pub_endpoint: str, latest_endpoint: str, *, curve: ServerKeys | None = None) -> None:
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
         self._router = self._ctx.socket(zmq.ROUTER)
         for sock in (self._pub, self._router):
             sock.setsockopt(zmq.LINGER, 0)
         self._pub.setsockopt(zmq.SNDHWM, 4)  # weights are big; subscribers only need the newest
+        self._router.setsockopt(zmq.MAXMSGSIZE, REQUEST_MAX_BYTES)
+        self._auth = None
         try:
+            if curve is not None:  # encrypted; only allowed servers subscribe or ask
+                self._auth = curve_server(self._ctx, curve, self._pub, self._router)
             self.pub_endpoint = _bind(self._pub, pub_endpoint)
             self.latest_endpoint = _bind(self._router, latest_endpoint)
         except BaseException:
@@ -124,6 +133,8 @@ class WeightPublisher:
         self.close()
 
     def _close_sockets(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
         self._pub.close(linger=0)
         self._router.close(linger=0)
         self._ctx.term()
@@ -195,6 +206,7 @@ class WeightSubscriber:
         newer_than: int = -1,
         request_timeout_s: float = 2.0,
         refresh_s: float = 5.0,
+        curve: ClientKeys | None = None,
     ) -> None:
         if request_timeout_s <= 0 or refresh_s <= 0:
             raise ValueError(f"request_timeout_s={request_timeout_s} and refresh_s={refresh_s} must be positive")
@@ -202,6 +214,7 @@ class WeightSubscriber:
         self.on_weights = on_weights
         self.version = newer_than
         self.request_timeout_s, self.refresh_s = request_timeout_s, refresh_s
+        self.curve = curve
         self.received_at_ns: dict[int, int] = {}
         self.handed_over: list[int] = []
         self._stop = threading.Event()
@@ -232,6 +245,8 @@ class WeightSubscriber:
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.CONFLATE, 1)  # keep only the newest waiting announcement
         sub.setsockopt(zmq.SUBSCRIBE, b"")
+        if self.curve is not None:
+            curve_client(sub, self.curve)
         monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED)
         sub.connect(self.pub_endpoint)
         dealer = None
@@ -245,7 +260,7 @@ class WeightSubscriber:
                         dealer.close(linger=0)  # lazy pirate: a fresh socket, ask again
                     dealer, asked_at, next_ask = None, None, now
                 if asked_at is None and now >= next_ask:
-                    dealer = dealer or _dealer(ctx, self.latest_endpoint)
+                    dealer = dealer or _dealer(ctx, self.latest_endpoint, self.curve)
                     try:
                         dealer.send_multipart(codec.encode(WeightsRequest(newer_than=self.version)), zmq.NOBLOCK)
                     except zmq.Again:
@@ -303,9 +318,11 @@ def _bind(sock: zmq.Socket, endpoint: str) -> str:
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
-def _dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
+def _dealer(ctx: zmq.Context, endpoint: str, curve: ClientKeys | None) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        curve_client(sock, curve)
     sock.connect(endpoint)
     return sock
 

@@ -148,3 +148,38 @@ def test_actor_episode_streams_what_was_executed_with_interventions(pull):
     )
     assert episode.versions == [3] and set(np.concatenate([b.version for b in batches])) <= {-1, 3}
     assert batches[-1].success == episode.success
+
+
+def test_encrypted_transitions_are_heard_only_from_allowed_keys(tmp_path):
+    """A learner with keys takes batches from an allowed actor, never from a stranger."""
+    import shutil
+
+    from robotrl.wire.keys import client_keys, curve_server, server_keys, write_keypair
+
+    learner, allowed, stranger = tmp_path / "learner", tmp_path / "allowed", tmp_path / "stranger"
+    server_public, _ = write_keypair(learner, "server")
+    for folder in (allowed, stranger):
+        write_keypair(folder, "client")
+        shutil.copy(server_public, folder / "server.key")
+    (learner / "allowed_clients").mkdir()
+    shutil.copy(allowed / "client.key", learner / "allowed_clients" / "allowed.key")
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.LINGER, 0)
+    auth = curve_server(ctx, server_keys(learner), sock)
+    endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
+    spec = TransitionSpec(state_dim=6, action_dim=6)
+    try:
+        for folder, robot in ((stranger, "stranger"), (allowed, "allowed")):
+            with TransitionStreamer(endpoint, robot, spec, every_ticks=4, curve=client_keys(folder)) as streamer:
+                streamer.begin_episode("reach")
+                for t in range(6):
+                    streamer.record(t, np.zeros(6), {}, None, np.zeros(6), np.zeros(6), 0.0, False, 0, 1)
+                streamer.end_episode(True)
+        batches = receive(sock, spec)
+        assert {b.robot_id for b in batches} == {"allowed"} and sum(len(b.ticks) for b in batches) == 6
+        assert not sock.poll(500)  # nothing from the stranger, ever
+    finally:
+        auth.stop()
+        sock.close(linger=0)
+        ctx.term()

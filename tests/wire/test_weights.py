@@ -55,14 +55,14 @@ class ValuePolicy:
         pass
 
 
-def publisher_on_adjacent_ports() -> WeightPublisher:
+def publisher_on_adjacent_ports(curve=None) -> WeightPublisher:
     """A publisher with PUB on a free port P and the latest-weights socket on P + 1."""
     for _ in range(20):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         try:
-            return WeightPublisher(f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}")
+            return WeightPublisher(f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}", curve=curve)
         except WireError:
             continue
     raise RuntimeError("no two adjacent free ports")
@@ -177,3 +177,52 @@ def test_server_refuses_weights_for_a_policy_that_cannot_load_them():
         PolicyServer(Fixed(), ServerConfig(weights_from="tcp://127.0.0.1:5561")).start()
     with pytest.raises(ValueError, match="tcp://host:port"):
         PolicyServer(ValuePolicy(), ServerConfig(weights_from="localhost")).start()
+
+
+def keys_folders(tmp_path):
+    """A learner's keys folder (server.key_secret, allowed_clients/ with the allowed
+    client's key) and two client folders: one allowed, one not."""
+    import shutil
+
+    from robotrl.wire.keys import write_keypair
+
+    learner, allowed, stranger = tmp_path / "learner", tmp_path / "allowed", tmp_path / "stranger"
+    server_public, _ = write_keypair(learner, "server")
+    for folder in (allowed, stranger):
+        write_keypair(folder, "client")
+        shutil.copy(server_public, folder / "server.key")
+    (learner / "allowed_clients").mkdir()
+    shutil.copy(allowed / "client.key", learner / "allowed_clients" / "allowed.key")
+    return learner, allowed, stranger
+
+
+def test_encrypted_weights_reach_only_allowed_servers(tmp_path):
+    from robotrl.wire.keys import client_keys, server_keys
+
+    learner, allowed, stranger = keys_folders(tmp_path)
+    publisher = publisher_on_adjacent_ports(curve=server_keys(learner))
+    got: dict[str, list[int]] = {"allowed": [], "stranger": []}
+    subscribers = [
+        WeightSubscriber(
+            publisher.pub_endpoint,
+            publisher.latest_endpoint,
+            lambda v, data, who=who: got[who].append(v),
+            curve=client_keys(folder),
+            request_timeout_s=0.3,
+            refresh_s=0.3,
+        )
+        for who, folder in (("allowed", allowed), ("stranger", stranger))
+    ]
+    try:
+        publisher.publish(1, weights(1.0))
+        for sub in subscribers:
+            sub.start()
+        assert wait_until(lambda: got["allowed"] == [1])  # the latest, on request
+        publisher.publish(2, weights(2.0))
+        assert wait_until(lambda: got["allowed"] == [1, 2])
+        time.sleep(1.0)  # the stranger kept asking meanwhile
+    finally:
+        for sub in subscribers:
+            sub.stop()
+        publisher.close()
+    assert got["stranger"] == []
