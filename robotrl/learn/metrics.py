@@ -107,7 +107,7 @@ class CsvLog:
 class EpisodeLog:
     """An episode-runner observer of an actor: one `CsvLog` row (episode, wall_s,
     robot_id, seed, ticks, success, intervention_ticks, intervention_rate, takeovers,
-    episode_return, version_min, version_max) and one printed line per episode.
+    episode_return, missed_ticks, version_min, version_max) and one printed line per episode.
 
     Args:
         log: the CSV file, or None to print only.
@@ -141,6 +141,7 @@ class EpisodeLog:
                     "intervention_rate": round(r.intervention_ticks / max(r.ticks, 1), 4),
                     "takeovers": r.takeovers,
                     "episode_return": round(r.episode_return, 4),
+                    "missed_ticks": r.missed_ticks,
                     "version_min": min(r.versions, default=-1),
                     "version_max": max(r.versions, default=-1),
                 }
