@@ -22,3 +22,37 @@ def so101_sim():
     sim.connect()
     yield sim
     sim.disconnect()
+
+
+@pytest.fixture
+def tiny_flow():
+    """A factory of small untrained fast/slow reach policies (6 joints, H rows, 2 flow
+    steps): `tiny_flow(cameras=(), horizon=8, image_size_px=16)`."""
+
+    def make(cameras: tuple[str, ...] = (), horizon: int = 8, image_size_px: int = 16):
+        import numpy as np
+        import torch
+
+        from robotrl.policies.fastslow.config import FastSlowConfig
+        from robotrl.policies.fastslow.model import FastSlowModel
+        from robotrl.policies.fastslow.normalize import Normalizer
+        from robotrl.policies.fastslow.policy import FastSlowPolicy
+        from robotrl.policies.fastslow.vocab import Vocabulary
+
+        cfg = FastSlowConfig(
+            width=16,
+            cnn_channels=(8, 8),
+            expert_hidden=32,
+            expert_blocks=1,
+            horizon=horizon,
+            execute_steps=horizon // 2,
+            image_size_px=image_size_px,
+            flow_steps=2,
+            cameras=cameras,
+        )
+        torch.manual_seed(0)
+        norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((horizon, 6)), np.full((horizon, 6), 0.02))
+        vocab = Vocabulary(["<pad>", "<unk>", "reach"])
+        return FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab)
+
+    return make

@@ -202,33 +202,9 @@ def test_bench_policy_needs_a_checkpoint(capsys):
     assert exc.value.code == 2 and "--policy" in capsys.readouterr().err
 
 
-def _tiny_checkpoint(path) -> None:
-    import numpy as np
-
-    from robotrl.policies.fastslow.config import FastSlowConfig
-    from robotrl.policies.fastslow.model import FastSlowModel
-    from robotrl.policies.fastslow.normalize import Normalizer
-    from robotrl.policies.fastslow.policy import FastSlowPolicy
-    from robotrl.policies.fastslow.vocab import Vocabulary
-
-    cfg = FastSlowConfig(
-        width=16,
-        cnn_channels=(8, 8),
-        expert_hidden=32,
-        expert_blocks=1,
-        horizon=8,
-        execute_steps=4,
-        flow_steps=2,
-        cameras=(),
-    )
-    norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((8, 6)), np.full((8, 6), 0.02))
-    vocab = Vocabulary(["<pad>", "<unk>", "reach"])
-    FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab).save(path)
-
-
-def test_a_truncated_checkpoint_is_one_clear_line(tmp_path, capsys):
+def test_a_truncated_checkpoint_is_one_clear_line(tmp_path, capsys, tiny_flow):
     ckpt = tmp_path / "ckpt"
-    _tiny_checkpoint(ckpt)
+    tiny_flow().save(ckpt)
     weights = ckpt / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     assert main(["serve", "--policy", str(ckpt), "--bind", "tcp://127.0.0.1:*"]) == 2

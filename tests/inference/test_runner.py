@@ -5,7 +5,6 @@ the physics that tick produced, exactly as the tick-by-tick env does."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from robotrl.inference.arm import ArmConfig, open_arm
 from robotrl.inference.evaluation import evaluation_episode, make_env
@@ -14,11 +13,6 @@ from robotrl.inference.remote import remote_executor
 from robotrl.inference.runner import EpisodeRunner
 from robotrl.inference.server import PolicyServer, ServerConfig
 from robotrl.inference.stepped import run_closed_loop
-from robotrl.policies.fastslow.config import FastSlowConfig
-from robotrl.policies.fastslow.model import FastSlowModel
-from robotrl.policies.fastslow.normalize import Normalizer
-from robotrl.policies.fastslow.policy import FastSlowPolicy
-from robotrl.policies.fastslow.vocab import Vocabulary
 from robotrl.sim.env import TaskEnv
 from robotrl.sim.rollout import expert_policy
 from robotrl.wire.client import ClientSocket
@@ -26,26 +20,11 @@ from robotrl.wire.client import ClientSocket
 H, S, SEED = 8, 4, 100_003
 
 
-def state_only_policy() -> FastSlowPolicy:
-    """An untrained state-only fast/slow policy for reach (its latent: the instruction)."""
-    cfg = FastSlowConfig(
-        width=16,
-        cnn_channels=(8, 8),
-        expert_hidden=32,
-        expert_blocks=1,
-        horizon=H,
-        execute_steps=S,
-        flow_steps=2,
-        cameras=(),
-    )
-    torch.manual_seed(0)
-    norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((H, 6)), np.full((H, 6), 0.02))
-    vocab = Vocabulary(["<pad>", "<unk>", "reach"])
-    return FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab)
-
-
-def test_bench_policy_and_deploy_in_stepped_mode_give_identical_traces():
-    policy, config = state_only_policy(), ExecutorConfig("sync", execute_horizon=S)
+def test_bench_policy_and_deploy_in_stepped_mode_give_identical_traces(tiny_flow):
+    policy, config = (
+        tiny_flow(horizon=H),
+        ExecutorConfig("sync", execute_horizon=S),
+    )  # state only: its latent is the instruction
     env = make_env(policy, "reach")
     try:
         evaluated, _ = evaluation_episode(env, policy, SEED, config)

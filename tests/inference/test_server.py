@@ -357,27 +357,8 @@ def test_a_policy_failure_on_one_request_never_reaches_another_robot():
     assert all(health["threads_alive"].values()) and health["errors"]["policy"] == 1
 
 
-def test_a_missing_camera_is_refused_before_it_reaches_the_slow_pathway():
-    from robotrl.policies.fastslow.config import FastSlowConfig
-    from robotrl.policies.fastslow.model import FastSlowModel
-    from robotrl.policies.fastslow.normalize import Normalizer
-    from robotrl.policies.fastslow.policy import FastSlowPolicy
-    from robotrl.policies.fastslow.vocab import Vocabulary
-
-    cfg = FastSlowConfig(
-        width=16,
-        cnn_channels=(8, 8),
-        expert_hidden=32,
-        expert_blocks=1,
-        horizon=H,
-        execute_steps=4,
-        image_size_px=16,
-        flow_steps=2,
-        cameras=("front",),
-    )
-    norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((H, 6)), np.full((H, 6), 0.02))
-    vocab = Vocabulary(["<pad>", "<unk>", "reach"])
-    policy = FastSlowPolicy(FastSlowModel(cfg, vocab_size=len(vocab)), norm, vocab)
+def test_a_missing_camera_is_refused_before_it_reaches_the_slow_pathway(tiny_flow):
+    policy = tiny_flow(cameras=("front",), horizon=H)
     with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", slow_rate_hz=20.0)) as server:
         with ClientSocket(server.endpoint, robot_id="arm") as client:
             client.connect(timeout_s=5)
