@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import cv2
 import numpy as np
@@ -169,7 +170,7 @@ class TransitionStreamer:
 
     def _flush(self, done: bool, success: bool) -> None:
         rows, self._rows = self._rows, []
-        cols = {name: np.asarray([r[name] for r in rows], dtype=_DTYPES[name]) for name in _FIELDS}
+        cols: dict[str, Any] = {name: np.asarray([r[name] for r in rows], dtype=_DTYPES[name]) for name in _FIELDS}
         batch = TransitionBatch(
             robot_id=self.robot_id,
             episode_id=self.episode_id,

@@ -35,14 +35,14 @@ import zmq
 
 from robotrl.buffer.sampler import ChunkSample, TransitionSample
 from robotrl.buffer.spec import SpecMismatch
-from robotrl.core.errors import ConfigError, ProtocolError, WireError
+from robotrl.core.errors import ConfigError, ProtocolError, VersionMismatch, WireError
 from robotrl.core.learning import Buffer, Sampler, WeightPublisher
 from robotrl.learn.algorithm import Algorithm
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from robotrl.learn.metrics import CsvLog, plot_learning_curves, plot_update_curves, staleness_histogram
 from robotrl.wire import codec
 from robotrl.wire.keys import ServerKeys, curve_server
-from robotrl.wire.messages import TransitionBatch
+from robotrl.wire.messages import PROTOCOL_VERSION, TransitionBatch
 from robotrl.wire.transport import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -293,9 +293,14 @@ class Learner:
             batch = codec.decode(frames)
             if not isinstance(batch, TransitionBatch):
                 raise ProtocolError(f"the transitions socket takes TransitionBatch only, not {type(batch).__name__}")
+            if batch.protocol_version != PROTOCOL_VERSION:
+                raise VersionMismatch(PROTOCOL_VERSION, batch.protocol_version)
             episode = self.buffer.add(batch)
         except (SpecMismatch, ValueError) as exc:  # ValueError: rows the buffer cannot store
             # only buffer.add raises these, so batch is a TransitionBatch here
+            self._reject(batch.robot_id if isinstance(batch, TransitionBatch) else "?", f"rejected: {exc}")
+            return 0
+        except VersionMismatch as exc:
             self._reject(batch.robot_id if isinstance(batch, TransitionBatch) else "?", f"rejected: {exc}")
             return 0
         except ProtocolError as exc:

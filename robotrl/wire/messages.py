@@ -110,6 +110,8 @@ class WeightsAnnouncement(_Message, tag="weights"):
 
     version: int
     safetensors: bytes
+    protocol_version: int = PROTOCOL_VERSION
+    """The sender's protocol (the one-way channels have no hello): another is refused."""
 
 
 class WeightsRequest(_Message, tag="weights_request"):
@@ -150,6 +152,8 @@ class TransitionBatch(_Message, tag="transitions"):
     instruction: str = ""
     episode_done: bool = False
     success: bool = False
+    protocol_version: int = PROTOCOL_VERSION
+    """The sender's protocol (the one-way channels have no hello): another is refused."""
 
 
 Message = (

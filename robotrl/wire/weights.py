@@ -29,10 +29,10 @@ from urllib.parse import urlsplit
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from robotrl.core.errors import ProtocolError, WireError
+from robotrl.core.errors import ProtocolError, VersionMismatch, WireError
 from robotrl.wire import codec
 from robotrl.wire.keys import ClientKeys, ServerKeys, curve_client, curve_server
-from robotrl.wire.messages import ErrorReply, WeightsAnnouncement, WeightsRequest
+from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, WeightsAnnouncement, WeightsRequest
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,11 @@ class WeightSubscriber:
                 log.warning("learner refused a weights request: %s: %s", msg.code, msg.message)
             return
         if not isinstance(msg, WeightsAnnouncement) or msg.version <= self.version:
+            return
+        if msg.protocol_version != PROTOCOL_VERSION:
+            log.error(
+                "%s: weights version %d ignored", VersionMismatch(PROTOCOL_VERSION, msg.protocol_version), msg.version
+            )
             return
         self.received_at_ns[msg.version] = time.monotonic_ns()
         try:

@@ -304,8 +304,11 @@ def _wait(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
 def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog):
     import threading
 
+    import msgspec
+
     from robotrl.buffer.online import OnlineBuffer
     from robotrl.learn.learner import Learner, LearnerConfig
+    from robotrl.wire import codec
     from robotrl.wire.weights import WeightPublisher, WeightSubscriber
 
     caplog.set_level("ERROR", logger="robotrl.learn.learner")
@@ -331,6 +334,8 @@ def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog
     # bad input first: a robot with a 3-joint state, then bytes that are no message at all
     _send(push, _episode_batches("bad", 99, 0, False, state_dim=3)[:1])
     push.send(b"\x00garbage")
+    future = msgspec.structs.replace(_episode_batches("arm9", 98, 0, True)[0], protocol_version=99)
+    push.send_multipart(codec.encode(future))  # a robot on another protocol version
     for k in range(4):  # episode k: k intervention rows of 20, success on odd episodes
         _send(push, _episode_batches("arm0", k, k, bool(k % 2)))
     with subscriber:
@@ -341,13 +346,14 @@ def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog
         _wait(lambda: 6 in received, what="weights version 6 at the subscriber")
     push.close()
 
-    assert (learner.updates, learner.version, learner.rejected, learner.episodes) == (30, 6, 2, 4)
+    assert (learner.updates, learner.version, learner.rejected, learner.episodes) == (30, 6, 3, 4)
     assert buffer.committed_transitions == 4 * ROWS and algo.calls == 30
     assert received[6] == algo.policy_weights()  # what the subscriber got is the final w
     assert sorted(received)[-1] == 6 and sorted(received) == sorted(set(received))
     errors = [r.getMessage() for r in caplog.records]
     assert any("robot 'bad'" in m and "state has shape (5, 3), expected (5, 2)" in m for m in errors), errors
     assert any("undecodable" in m for m in errors), errors
+    assert any("robot arm9" in m and "the peer speaks 99" in m for m in errors), errors
 
     episodes = read_csv(tmp_path / "run" / "episodes.csv")
     assert [float(r["intervention_rate"]) for r in episodes] == [0.0, 0.05, 0.1, 0.15]  # k / 20
