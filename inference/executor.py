@@ -177,7 +177,7 @@ class TickRecord:
     paused: bool
     """True when nothing was queued for this tick and the robot held."""
     intervened: bool = False
-    """True when the intervention hook's target replaced the policy's row."""
+    """True when the intervener's target replaced the policy's row."""
     policy_rad: np.ndarray | None = None
     """(J,) the policy's row (or the hold target) when `intervened`; None: `requested_rad`."""
 
