@@ -15,6 +15,9 @@ MAX_DELAY_TICKS = 10_000
 """Largest inference delay a request may ask for (5.5 minutes at 30 Hz)."""
 MAX_PLAN_ROWS = 10_000
 """Most rows of `in_flight` or `prefix` in one request."""
+MAX_ABS_VALUE = 1e4
+"""Largest magnitude of any state, plan or env_state value (radians or metres): a larger
+one is corrupt and would overflow the float32 chunk."""
 
 
 def request_problem(req: ObservationRequest, meta: PolicyMetadata) -> str | None:
@@ -39,6 +42,8 @@ def _array_problem(name: str, value: object, shape: tuple[int, ...]) -> str | No
         return f"{name} has shape {value.shape}, the policy needs {shape}"
     if not np.all(np.isfinite(value)):
         return f"{name} has NaN or infinite values"
+    if value.size and np.max(np.abs(value)) > MAX_ABS_VALUE:
+        return f"{name} has values beyond +-{MAX_ABS_VALUE:g} (corrupt?)"
     return None
 
 

@@ -316,6 +316,7 @@ class FailsOnMarker(RampPolicy):
         (dict(in_flight=np.zeros((3, 4))), "in_flight has shape (3, 4)"),
         (dict(state=np.zeros(5)), "state has shape (5,)"),
         (dict(state=np.full(6, np.nan)), "NaN"),
+        (dict(state=np.full(6, 1e300)), "beyond +-10000"),
     ],
 )
 def test_a_malformed_request_is_refused_to_its_sender_alone(bad, refusal):
