@@ -21,6 +21,7 @@ Threads:
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, WrongRobotId
 from robotrl.core.policy import (
     ActionChunk,
     BatchedPolicy,
@@ -45,7 +46,7 @@ from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
 from robotrl.inference.requests import request_problem
 from robotrl.wire.keys import ServerKeys, client_keys
-from robotrl.wire.messages import ChunkReply, ErrorReply, Message, ObservationRequest
+from robotrl.wire.messages import ChunkReply, ErrorReply, HealthReply, HealthRequest, Message, ObservationRequest
 from robotrl.wire.transport import MAX_MESSAGE_BYTES, ServerSocket
 from robotrl.wire.weights import WeightSubscriber, weight_endpoints
 
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 RECEIVE_PER_LOOP = 64
 """Messages the I/O thread takes in before it sends the replies waiting."""
+HEALTH_WINDOW_S = 10.0
+"""Window of the batches-per-second figure in `health()`."""
 ERRORS_LOGGED_EVERY = 100
 """After the first error of a kind, one log line per this many."""
 
@@ -149,6 +152,7 @@ class PolicyServer:
         self.last_error = ""
         self.refused = 0
         """Malformed requests answered with an error."""
+        self._batch_times: collections.deque[float] = collections.deque(maxlen=10_000)  # monotonic s per batch
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -277,11 +281,16 @@ class PolicyServer:
                 identity, msg = server.recv(timeout_s=0.0)
             except TransportTimeout:
                 continue  # it was a hello or heartbeat, answered already
+            except WrongRobotId as exc:
+                self._note_error("wrong robot id", exc, traceback=False)
+                continue
             except ProtocolError as exc:
                 self._note_error("protocol", exc, traceback=False)
                 continue
-            if isinstance(msg, ObservationRequest):
-                self._take_request(server, identity, msg)
+            if isinstance(msg, ObservationRequest):  # its robot id is its connection's (see ServerSocket)
+                self._requests.put(_Pending(identity, msg, time.perf_counter_ns()))
+            elif isinstance(msg, HealthRequest):
+                self._reply(identity, HealthReply(health=self.health()))
             else:
                 server.send(
                     identity,
@@ -292,17 +301,6 @@ class PolicyServer:
                     ),
                     0.0,
                 )
-
-    def _take_request(self, server: ServerSocket, identity: bytes, msg: ObservationRequest) -> None:
-        """Queue `msg` for the model thread, unless it names another robot than the hello
-        of its connection did (a robot id belongs to the connection that said hello with it)."""
-        hello = server.peers.get(identity)
-        if hello is not None and msg.robot_id != hello.robot_id:
-            self._note_error("wrong robot id", ValueError(f"{hello.robot_id!r} sent {msg.robot_id!r}"), traceback=False)
-            message = f"this connection said hello as {hello.robot_id!r}; it may not ask for {msg.robot_id!r}"
-            self._reply(identity, ErrorReply(request_id=msg.request_id, code="wrong_robot_id", message=message))
-            return
-        self._requests.put(_Pending(identity, msg, time.perf_counter_ns()))
 
     def _send_replies(self, server: ServerSocket) -> None:
         while True:
@@ -370,6 +368,7 @@ class PolicyServer:
             self._reply(batch[0].identity, ErrorReply(request_id=request.request_id, code="server", message=str(exc)))
             return
         model_ns = time.perf_counter_ns() - start_ns
+        self._batch_times.append(time.monotonic())
         self.first_chunk_ns.setdefault(self.version, time.monotonic_ns())
         for p, chunk in zip(batch, chunks):
             queue_ns = start_ns - p.received_ns
@@ -396,15 +395,22 @@ class PolicyServer:
             log.warning("%s (%d so far): %s", kind, count, exc, exc_info=exc if traceback and count == 1 else None)
 
     def health(self) -> dict:
-        """Threads alive, errors by kind, the last error, requests waiting and refused."""
+        """Threads alive, errors by kind, the last error, requests waiting, model batches
+        per second over the last `HEALTH_WINDOW_S`, the weight version, requests refused,
+        and (with `weights_from`) the learner connection: answering, and why it was given up."""
         with self._lock:
             errors, last = dict(self.errors), self.last_error
+        sub = self.subscriber
+        recent = time.monotonic() - HEALTH_WINDOW_S
         return {
             "threads_alive": {t.name: t.is_alive() for t in self._threads},
             "errors": errors,
             "last_error": last,
             "queued_requests": self._requests.qsize(),
+            "batches_per_s": sum(t >= recent for t in list(self._batch_times)) / HEALTH_WINDOW_S,
+            "version": self.version,
             "refused": self.refused,
+            "learner": None if sub is None else {"connected": sub.learner_connected, "failure": sub.failure},
         }
 
     def _reply(self, identity: bytes, reply: Message) -> None:

@@ -1,11 +1,12 @@
 """`TransitionStreamer`: an executor's transitions to the learner, a few ticks at a time.
 
-Rows are buffered and sent as a `TransitionBatch` over a ZMQ PUSH socket every
-`every_ticks` rows and at the end of an episode (`episode_done`). Sends never block the
-control loop: with the learner absent or slow, ZMQ queues up to `sndhwm` batches, and
-batches beyond that are dropped and counted in `dropped_batches` (the learner sees a gap
-in `seq`). Images are resized to the training resolution of the `TransitionSpec` here,
-on the robot, so the wire and the learner's RAM carry uint8 at that size only.
+Rows are buffered and sent as a `TransitionBatch` every `every_ticks` rows and at the end
+of an episode (`episode_done`), through `wire.transitions.TransitionSender` (hello with
+the robot id, heartbeats, reconnects). Sends never block the control loop: with the
+learner absent or slow, up to `queue_batches` batches wait on the robot, and older ones
+beyond that are dropped and counted in `sender.dropped_batches` (the learner sees a gap in
+`seq`). Images are resized to the training resolution of the `TransitionSpec` here, on
+the robot, so the wire and the learner's RAM carry uint8 at that size only.
 
 Robot side: no torch, no mujoco. Angles are radians, times are control ticks.
 """
@@ -18,13 +19,12 @@ from typing import Any
 
 import cv2
 import numpy as np
-import zmq
 
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.inference.runner import EpisodeResult, TickEvent
-from robotrl.wire import codec
-from robotrl.wire.keys import ClientKeys, curve_client
+from robotrl.wire.keys import ClientKeys
 from robotrl.wire.messages import TransitionBatch
+from robotrl.wire.transitions import TransitionSender
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +52,20 @@ def resize_image(image: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
 
 
 class TransitionStreamer:
-    """Streams one robot's transitions to the learner's PULL socket at `endpoint`.
+    """Streams one robot's transitions to the learner's transitions socket at `endpoint`.
 
     Args:
         endpoint: the learner's transitions endpoint ("tcp://learner:5560").
         robot_id: this robot's name (unique in the fleet).
         spec: what the learner expects (shapes, cameras and their training size).
         every_ticks: rows per batch (the last batch of an episode may be shorter).
-        sndhwm: batches ZMQ queues for an absent or slow learner before dropping.
+        queue_batches: batches kept on the robot for an absent or slow learner.
         linger_s: how long `close` waits for queued batches to go out.
 
     Attributes:
         episode_id: id of the current episode (time-based ns: unique across restarts).
-        sent_batches, dropped_batches, sent_rows: counters.
+        sent_rows: rows of the batches made so far.
+        sender: the `TransitionSender` (`sent_batches`, `dropped_batches`, `connected`).
     """
 
     def __init__(
@@ -74,29 +75,22 @@ class TransitionStreamer:
         spec: TransitionSpec,
         *,
         every_ticks: int = 8,
-        sndhwm: int = 256,
+        queue_batches: int = 256,
         linger_s: float = 1.0,
         curve: ClientKeys | None = None,
     ) -> None:
-        if every_ticks < 1 or sndhwm < 1:
-            raise ValueError(f"every_ticks={every_ticks} and sndhwm={sndhwm} must be >= 1")
+        if every_ticks < 1:
+            raise ValueError(f"every_ticks={every_ticks} must be >= 1")
         self.endpoint, self.robot_id, self.spec = endpoint, robot_id, spec
         self.every_ticks = every_ticks
         self.linger_s = linger_s
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, sndhwm)
-        self._sock.setsockopt(zmq.LINGER, int(linger_s * 1000))
-        if curve is not None:  # encrypted; the learner only takes batches from allowed keys
-            curve_client(self._sock, curve)
-        self._sock.connect(endpoint)
-        self.sent_batches = self.dropped_batches = self.sent_rows = 0
+        self.sender = TransitionSender(endpoint, robot_id, queue_batches=queue_batches, curve=curve)
+        self.sent_rows = 0
         self.episode_id = -1
         self.instruction = ""
         self._seq = 0
         self._rows: list[dict] = []
         self._last_episode_id = 0
-        self._warned_at_s = -1e9
 
     def begin_episode(self, instruction: str = "") -> int:
         """Start a new episode (rows left of an unfinished one are sent first, not done);
@@ -158,9 +152,9 @@ class TransitionStreamer:
         self.episode_id = -1
 
     def close(self) -> None:
-        """Close the socket, waiting up to `linger_s` for queued batches."""
-        self._sock.close()
-        self._ctx.term()
+        """Close the connection, waiting up to `linger_s` for queued batches."""
+        self.sender.flush(self.linger_s)
+        self.sender.close()
 
     def __enter__(self) -> TransitionStreamer:
         return self
@@ -184,21 +178,8 @@ class TransitionStreamer:
         )
         self.spec.check(batch)
         self._seq += len(rows)
-        try:
-            self._sock.send_multipart(codec.encode(batch), zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            self.dropped_batches += 1
-            if time.monotonic() - self._warned_at_s > 5.0:
-                self._warned_at_s = time.monotonic()
-                log.warning(
-                    "robot %r: learner at %s not taking transitions; %d batches dropped so far",
-                    self.robot_id,
-                    self.endpoint,
-                    self.dropped_batches,
-                )
-            return
-        self.sent_batches += 1
         self.sent_rows += len(rows)
+        self.sender.send(batch)
 
 
 class TransitionRecorder:

@@ -24,8 +24,9 @@ COMMANDS: dict[str, str] = {
     "learner": "the online learner process: pull transitions, update (sac, hil-flow, dsrl), publish weights",
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
     "bench": "benchmarks, each with its own options: sim, record, transport, serve, policy, buffer, learner, "
-    "latency, sim2sim (`robotrl bench NAME --help`)",
+    "latency, sim2sim, hostile (`robotrl bench NAME --help`)",
     "train": "train a fast/slow flow-matching chunk policy on a LeRobot dataset",
+    "health": "ask a running inference server how it is (threads, errors, queue, batches/s, learner)",
     "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }
 

@@ -101,7 +101,7 @@ def measure_robotrl(model_s: float, jpeg: bool, requests: int) -> dict:
     with ServerSocket("tcp://127.0.0.1:*") as server:
         thread = threading.Thread(target=_echo, args=(server, model_s, stop), daemon=True)
         thread.start()
-        client = ClientSocket(server.endpoint, jpeg_quality=JPEG_QUALITY if jpeg else None)
+        client = ClientSocket(server.endpoint, robot_id="bench", jpeg_quality=JPEG_QUALITY if jpeg else None)
         try:
             client.connect(TIMEOUT_S)
             samples = {k: [] for k in ("round_trip", "model", "client_encode", "client_decode", "server_decode")}

@@ -116,18 +116,24 @@ def _report_until_stopped(server) -> int:
             total = server.stats.percentiles_ms("total") or {"p50": 0.0, "p99": 0.0}
             health = server.health()
             alive = sum(health["threads_alive"].values())
+            learner = health["learner"]
+            learner_text = "" if learner is None else f"  learner {'up' if learner['connected'] else 'LOST'}"
             print(
                 f"chunks {server.stats.count('total')}  server time p50 {total['p50']:.1f} ms p99 {total['p99']:.1f} "
                 f"ms  version {server.version}  threads {alive}/{len(health['threads_alive'])}  refused "
-                f"{health['refused']}  errors {sum(health['errors'].values())}",
+                f"{health['refused']}  errors {sum(health['errors'].values())}{learner_text}",
                 flush=True,
             )
             dead = [name for name, alive in health["threads_alive"].items() if not alive]
-            if dead:
+            refused = "" if learner is None else learner["failure"]
+            if dead or refused:
+                reason = (
+                    f"thread(s) {', '.join(dead)} stopped ({health['last_error'] or 'no error'})"
+                    if dead
+                    else f"weights: {refused}"
+                )
                 print(
-                    f"robotrl serve: error: thread(s) {', '.join(dead)} stopped ({health['last_error'] or 'no error'})"
-                    "; exiting so a supervisor can restart the server",
-                    file=sys.stderr,
+                    f"robotrl serve: error: {reason}; exiting so a supervisor can restart the server", file=sys.stderr
                 )
                 return 1
     except KeyboardInterrupt:

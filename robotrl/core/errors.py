@@ -42,6 +42,12 @@ class ProtocolError(WireError):
         self.identity = identity
 
 
+class WrongRobotId(ProtocolError):
+    """A peer used a robot id it does not own: not the one its connection said hello
+    with, one a newer connection has taken over, or (under CURVE) one bound to another
+    client key."""
+
+
 class TransportTimeout(WireError, TimeoutError):
     """Nothing arrived (or could be sent) within the deadline."""
 

@@ -1,8 +1,10 @@
 """The learner process: pull transitions, update an algorithm, publish weights, checkpoint.
 
-Loop (one thread): drain the transitions PULL socket (every batch goes through
-`OnlineBuffer.add`, which checks it against the `TransitionSpec`; a mismatching or
-undecodable batch is logged with the robot id and counted in `rejected`, never fatal);
+Loop (one thread): take the batches of the transitions inbox (`wire.transitions`: its own
+thread answers the robots' hellos and heartbeats and refuses undecodable batches and
+batches from a connection that does not own their robot id); every batch goes through
+`OnlineBuffer.add`, which checks it against the `TransitionSpec`; a refused or
+mismatching batch is logged with the robot id and counted in `rejected`, never fatal;
 once the buffer holds `min_transitions` committed transitions, run `algorithm.update`;
 every `publish_every` updates bump the weight version and publish the served policy's
 weights; every `checkpoint_every` updates write a crash-safe checkpoint (algorithm state
@@ -31,19 +33,17 @@ from typing import Any
 
 import numpy as np
 import torch
-import zmq
 
 from robotrl.buffer.sampler import ChunkSample, TransitionSample
 from robotrl.buffer.spec import SpecMismatch
-from robotrl.core.errors import ConfigError, ProtocolError, VersionMismatch, WireError
+from robotrl.core.errors import ConfigError
 from robotrl.core.learning import Buffer, Sampler, WeightPublisher
 from robotrl.learn.algorithm import Algorithm
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from robotrl.learn.metrics import CsvLog, plot_learning_curves, plot_update_curves, staleness_histogram
-from robotrl.wire import codec
-from robotrl.wire.keys import ServerKeys, curve_server
-from robotrl.wire.messages import PROTOCOL_VERSION, TransitionBatch
-from robotrl.wire.transport import MAX_MESSAGE_BYTES
+from robotrl.wire.keys import ServerKeys
+from robotrl.wire.messages import TransitionBatch
+from robotrl.wire.transitions import TransitionInbox
 
 log = logging.getLogger(__name__)
 
@@ -154,20 +154,9 @@ class Learner:
         self._started = time.monotonic()
         self._rejected_by_robot: dict[str, int] = {}
         self._idle_reason = ""
-        self._ctx = zmq.Context()
-        self._pull = self._ctx.socket(zmq.PULL)
-        self._pull.setsockopt(zmq.LINGER, 0)
-        self._pull.setsockopt(zmq.RCVHWM, 1000)
-        self._pull.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        self._auth = None if curve is None else curve_server(self._ctx, curve, self._pull)
-        try:
-            self._pull.bind(cfg.transitions_endpoint)
-        except zmq.ZMQError as exc:
-            self._close_sockets()
-            raise WireError(
-                f"cannot bind {cfg.transitions_endpoint}: {exc} (another learner there? pick another port)"
-            ) from None
-        self.transitions_endpoint = self._pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._inbox = TransitionInbox(cfg.transitions_endpoint, curve=curve)
+        self._wire_refused_seen = 0
+        self.transitions_endpoint = self._inbox.endpoint
 
     @property
     def wall_s(self) -> float:
@@ -243,14 +232,18 @@ class Learner:
     def receive(self, timeout_ms: int) -> int:
         """Take up to `max_batches_per_update` waiting transition batches (waiting at most
         `timeout_ms` for the first); returns how many were added to the buffer."""
-        added = 0
-        for i in range(self.cfg.max_batches_per_update):
-            if not self._pull.poll(timeout_ms if i == 0 else 0, zmq.POLLIN):
-                break
-            frames = self._pull.recv_multipart(copy=False)
-            self.received_batches += 1
-            added += self._add([f.buffer for f in frames])
-        return added
+        batches = self._inbox.take(timeout_ms / 1000, self.cfg.max_batches_per_update)
+        refused = sum(self._inbox.refused.values())  # undecodable, wrong robot id, ...
+        self.received_batches += len(batches) + refused - self._wire_refused_seen
+        self.rejected += refused - self._wire_refused_seen
+        self._wire_refused_seen = refused
+        return sum(self._add(batch) for batch in batches)
+
+    @property
+    def refused_on_the_wire(self) -> dict[str, int]:
+        """Kind -> messages the transitions socket refused before the buffer saw them
+        (undecodable, wrong robot id, other protocol version, learner too far behind)."""
+        return dict(self._inbox.refused)
 
     def save(self) -> Path:
         """Write the checkpoint now (algorithm, RNG, counters, buffer cursor)."""
@@ -288,23 +281,11 @@ class Learner:
         self.close()
 
     # -- internals -----------------------------------------------------------------------
-    def _add(self, frames: list) -> int:
+    def _add(self, batch: TransitionBatch) -> int:
         try:
-            batch = codec.decode(frames)
-            if not isinstance(batch, TransitionBatch):
-                raise ProtocolError(f"the transitions socket takes TransitionBatch only, not {type(batch).__name__}")
-            if batch.protocol_version != PROTOCOL_VERSION:
-                raise VersionMismatch(PROTOCOL_VERSION, batch.protocol_version)
             episode = self.buffer.add(batch)
         except (SpecMismatch, ValueError) as exc:  # ValueError: rows the buffer cannot store
-            # only buffer.add raises these, so batch is a TransitionBatch here
-            self._reject(batch.robot_id if isinstance(batch, TransitionBatch) else "?", f"rejected: {exc}")
-            return 0
-        except VersionMismatch as exc:
-            self._reject(batch.robot_id if isinstance(batch, TransitionBatch) else "?", f"rejected: {exc}")
-            return 0
-        except ProtocolError as exc:
-            self._reject("?", f"rejected an undecodable transitions message: {exc}")
+            self._reject(batch.robot_id, f"rejected: {exc}")
             return 0
         if episode is not None and getattr(episode, "source", "online") == "online":
             self._log_episode(episode)
@@ -416,10 +397,7 @@ class Learner:
         return max(times)
 
     def _close_sockets(self) -> None:
-        if self._auth is not None:
-            self._auth.stop()
-        self._pull.close(linger=0)
-        self._ctx.term()
+        self._inbox.close()
 
 
 class SampleRecorder:

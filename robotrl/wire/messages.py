@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Wire protocol version, sent in every `Hello`; peers with another version are refused."""
 
 
@@ -105,6 +105,17 @@ class HeartbeatAck(_Message, tag="heartbeat_ack"):
     sent_time_ns: int
 
 
+class HealthRequest(_Message, tag="health_request"):
+    """Ask an inference server how it is (`robotrl health`, a supervisor's probe)."""
+
+
+class HealthReply(_Message, tag="health"):
+    """The server's `health()`: threads alive, errors by kind, the last error, queue depth,
+    batches per second, refused requests, the learner connection (see `PolicyServer.health`)."""
+
+    health: dict[str, Any]
+
+
 class WeightsAnnouncement(_Message, tag="weights"):
     """New policy weights: `safetensors` is a safetensors file's bytes (never pickle)."""
 
@@ -164,6 +175,8 @@ Message = (
     | ErrorReply
     | Heartbeat
     | HeartbeatAck
+    | HealthRequest
+    | HealthReply
     | WeightsAnnouncement
     | WeightsRequest
     | TransitionBatch

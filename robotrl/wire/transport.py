@@ -11,6 +11,14 @@ and, on its next `poll()`, recreates its socket and says hello again. The server
 answers requests and heartbeats from identities that never said hello (it restarted)
 with `ErrorReply(code="hello_required")`, on which clients say hello again by themselves.
 
+Robot ids: a message naming a robot (`robot_id`) is taken only from the connection that
+owns that id, the newest one that said hello with it (a robot that reconnects gets a new
+connection and takes its id over); anything else gets `ErrorReply(code="wrong_robot_id")`.
+Under CURVE an id is also bound to the client key that first said hello with it, for the
+server's lifetime: a client with another key is refused that id at hello, so one allowed
+robot cannot take over another's. Without CURVE any peer that reaches the port can take
+an id over: use CURVE on a shared network.
+
 With CURVE (`keys.ServerKeys` / `keys.ClientKeys`) traffic is encrypted and the server
 only talks to clients whose public key is in its allowed-clients folder; any other
 client never gets an answer (its requests time out).
@@ -26,7 +34,7 @@ from typing import Any
 import zmq
 import zmq.auth.thread
 
-from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WireError
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WireError, WrongRobotId
 from robotrl.wire import codec
 from robotrl.wire.keys import ServerKeys, curve_server
 from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, Heartbeat, HeartbeatAck, Hello, HelloReply, Message
@@ -63,6 +71,9 @@ class ServerSocket:
         self.peer_expiry_s = peer_expiry_s
         self.peers: dict[bytes, Hello] = {}
         """Identity -> the `Hello` of every client that said hello (and was seen lately)."""
+        self.owners: dict[str, bytes] = {}
+        """Robot id -> identity of the connection that owns it (the newest hello with it)."""
+        self._id_keys: dict[str, str] = {}  # robot id -> CURVE key that first said hello with it
         self._last_seen_s: dict[bytes, float] = {}
         self.last_decode_ns = self.last_encode_ns = 0
         self._ctx = zmq.Context()
@@ -105,8 +116,9 @@ class ServerSocket:
         """The next request as (client identity, message).
 
         Raises `TransportTimeout` when none arrives within `timeout_s`, and
-        `ProtocolError` (with `.identity`) when a client sent something invalid; that
-        client has already been told, so log it and keep serving.
+        `ProtocolError` (with `.identity`) when a client sent something invalid or
+        (`WrongRobotId`) used a robot id it does not own; that client has already been
+        told, so log it and keep serving.
         """
         deadline = time.monotonic() + timeout_s
         while True:
@@ -156,10 +168,7 @@ class ServerSocket:
         self.last_decode_ns = time.perf_counter_ns() - t0
         self._last_seen_s[identity] = time.monotonic()
         if isinstance(msg, Hello):
-            log.debug("client %s (%s %r) said hello", identity.hex(), msg.role, msg.robot_id)
-            self._expire_peers()
-            self.peers[identity] = msg
-            self._reply(identity, HelloReply(ok=True, protocol_version=PROTOCOL_VERSION, server_info=self.server_info))
+            self._hello(identity, msg, str(frames[0].get("User-Id")) if self._auth is not None else "")
         elif identity not in self.peers:
             self._reply(
                 identity,
@@ -172,8 +181,40 @@ class ServerSocket:
         elif isinstance(msg, Heartbeat):
             self._reply(identity, HeartbeatAck(sent_time_ns=msg.sent_time_ns))
         else:
+            self._check_owner(identity, msg)
             return msg
         return None
+
+    def _hello(self, identity: bytes, hello: Hello, key: str) -> None:
+        """Answer a hello; the connection takes its robot id over, unless under CURVE
+        that id is bound to another key (refused)."""
+        log.debug("client %s (%s %r) said hello", identity.hex(), hello.role, hello.robot_id)
+        if hello.robot_id and self._id_keys.setdefault(hello.robot_id, key) != key:
+            error = f"robot id {hello.robot_id!r} belongs to another client key on this server"
+            self._reply(identity, HelloReply(ok=False, protocol_version=PROTOCOL_VERSION, error=error))
+            raise WrongRobotId(f"client {identity.hex()} (key {key}): {error}", identity)
+        self._expire_peers()
+        self.peers[identity] = hello
+        if hello.robot_id:
+            self.owners[hello.robot_id] = identity
+        self._reply(identity, HelloReply(ok=True, protocol_version=PROTOCOL_VERSION, server_info=self.server_info))
+
+    def _check_owner(self, identity: bytes, msg: Message) -> None:
+        """Refuse (`wrong_robot_id`) a message naming a robot this connection does not own."""
+        robot_id = getattr(msg, "robot_id", None)
+        if robot_id is None:
+            return
+        said = self.peers[identity].robot_id
+        if robot_id != said:
+            problem = f"this connection said hello as {said!r}; it may not send for {robot_id!r}"
+        elif self.owners.get(robot_id) != identity:
+            problem = f"a newer connection said hello as {robot_id!r}; this one may not send for it any more"
+        else:
+            return
+        self._reply(
+            identity, ErrorReply(request_id=getattr(msg, "request_id", -1), code="wrong_robot_id", message=problem)
+        )
+        raise WrongRobotId(f"client {identity.hex()}: {problem}", identity)
 
     def _reply(self, identity: bytes, msg: Message) -> None:
         try:
@@ -187,7 +228,9 @@ class ServerSocket:
         cutoff = time.monotonic() - self.peer_expiry_s
         for identity in [i for i, seen in self._last_seen_s.items() if seen < cutoff]:
             del self._last_seen_s[identity]
-            self.peers.pop(identity, None)
+            hello = self.peers.pop(identity, None)
+            if hello is not None and self.owners.get(hello.robot_id) == identity:
+                del self.owners[hello.robot_id]
 
 
 def check_bindable(endpoint: str) -> None:

@@ -2,17 +2,21 @@
 
 The learner's `WeightPublisher` binds two sockets:
 - a PUB socket (`pub_endpoint`, e.g. "tcp://*:5561") that sends one `WeightsAnnouncement`
-  (version + safetensors bytes, one frame) per `publish`;
-- a ROUTER socket (`latest_endpoint`, by convention the PUB port + 1, see
-  `weight_endpoints`) that answers a `WeightsRequest` with the newest announcement, or
-  an `ErrorReply` when it has nothing newer than asked (code "none_newer").
+  (version + safetensors bytes + protocol version, one frame) per `publish`;
+- a `transport.ServerSocket` (`latest_endpoint`, by convention the PUB port + 1, see
+  `weight_endpoints`): hello with the protocol version, heartbeats, CURVE allow-list; it
+  answers a `WeightsRequest` with the newest announcement, or an `ErrorReply` when it has
+  nothing newer than asked (code "none_newer").
 
 A server's `WeightSubscriber` connects to both: it takes announcements from the PUB
-socket (conflated: only the newest waiting one counts) and asks the ROUTER for the
-latest when it starts, after every reconnect of the PUB connection, and every
-`refresh_s` (a late joiner, or an announcement dropped by a slow link, still gets the
-newest weights). Each version newer than the last one handed over goes to
-`on_weights(version, safetensors_bytes)` once, in version order, never an older one.
+socket (conflated: only the newest waiting one counts) and, through a `ClientSocket`
+(role "server"), asks for the latest after every hello (at start and after the learner
+comes back) and every `refresh_s` (a late joiner, or an announcement dropped by a slow
+link, still gets the newest weights). Heartbeats on that connection tell it within about
+half a second that the learner is gone (`learner_connected`). Each version newer than
+the last one handed over goes to `on_weights(version, safetensors_bytes)` once, in
+version order, never an older one. A learner of another protocol version is refused with
+one line, and no weights are taken from it.
 
 Robot/server side: no torch, no mujoco. Every wait is bounded; `stop()` joins.
 Times are `time.monotonic_ns()` (comparable between processes of one machine).
@@ -27,12 +31,13 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
-from robotrl.core.errors import ProtocolError, VersionMismatch, WireError
+from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WireError
 from robotrl.wire import codec
+from robotrl.wire.client import ClientSocket
 from robotrl.wire.keys import ClientKeys, ServerKeys, curve_client, curve_server
 from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, WeightsAnnouncement, WeightsRequest
+from robotrl.wire.transport import ServerSocket, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +83,21 @@ class WeightPublisher:
     def __init__(self, pub_endpoint: str, latest_endpoint: str, *, curve: ServerKeys | None = None) -> None:
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
-        self._router = self._ctx.socket(zmq.ROUTER)
-        for sock in (self._pub, self._router):
-            sock.setsockopt(zmq.LINGER, 0)
+        self._pub.setsockopt(zmq.LINGER, 0)
         self._pub.setsockopt(zmq.SNDHWM, 4)  # weights are big; subscribers only need the newest
-        self._router.setsockopt(zmq.MAXMSGSIZE, REQUEST_MAX_BYTES)
         self._auth = None
+        self._latest_server: ServerSocket | None = None
         try:
-            if curve is not None:  # encrypted; only allowed servers subscribe or ask
-                self._auth = curve_server(self._ctx, curve, self._pub, self._router)
+            if curve is not None:  # encrypted; only allowed servers subscribe
+                self._auth = curve_server(self._ctx, curve, self._pub)
             self.pub_endpoint = _bind(self._pub, pub_endpoint)
-            self.latest_endpoint = _bind(self._router, latest_endpoint)
+            self._latest_server = ServerSocket(
+                latest_endpoint, curve=curve, max_message_bytes=REQUEST_MAX_BYTES, server_info={"role": "learner"}
+            )
         except BaseException:
             self._close_sockets()
             raise
+        self.latest_endpoint = self._latest_server.endpoint
         self.published_at_ns: dict[int, int] = {}
         self.requests_answered = 0
         self._latest: tuple[int, bytes] | None = None  # (version, encoded announcement)
@@ -133,48 +139,46 @@ class WeightPublisher:
         self.close()
 
     def _close_sockets(self) -> None:
+        if self._latest_server is not None:
+            self._latest_server.close()
         if self._auth is not None:
             self._auth.stop()
         self._pub.close(linger=0)
-        self._router.close(linger=0)
         self._ctx.term()
 
     def _serve_latest(self) -> None:
+        assert self._latest_server is not None  # set before this thread starts
+        server = self._latest_server
         while not self._stop.is_set():
-            if not self._router.poll(POLL_MS, zmq.POLLIN):
-                continue
-            identity, *frames = self._router.recv_multipart()
             try:
-                msg = codec.decode(frames)
-            except ProtocolError as exc:
-                self._answer(identity, _single_frame(ErrorReply(request_id=-1, code="protocol", message=str(exc))))
+                identity, msg = server.recv(POLL_MS / 1000)
+            except TransportTimeout:
+                continue
+            except ProtocolError as exc:  # already answered by the socket
+                log.debug("latest-weights socket: %s", exc)
                 continue
             if not isinstance(msg, WeightsRequest):
-                reply = ErrorReply(
-                    request_id=-1,
-                    code="protocol",
-                    message=f"the weights socket answers WeightsRequest only, not {type(msg).__name__}",
-                )
-                self._answer(identity, _single_frame(reply))
+                text = f"the weights socket answers WeightsRequest only, not {type(msg).__name__}"
+                self._answer(server, identity, ErrorReply(request_id=-1, code="protocol", message=text))
                 continue
             with self._lock:
                 latest = self._latest
             if latest is None or latest[0] <= msg.newer_than:
                 newest = -1 if latest is None else latest[0]
-                self._answer(
-                    identity,
-                    _single_frame(
-                        ErrorReply(request_id=-1, code="none_newer", message=f"newest weights are version {newest}")
-                    ),
-                )
-            else:
-                self._answer(identity, latest[1])
+                text = f"newest weights are version {newest}"
+                self._answer(server, identity, ErrorReply(request_id=-1, code="none_newer", message=text))
+                continue
+            try:  # the announcement as encoded once for the PUB socket
+                send_frames(server.socket, [identity, latest[1]], 0.0, self.latest_endpoint, identity)
                 self.requests_answered += 1
+            except (PeerLost, TransportTimeout) as exc:  # gone or not reading: it asks again
+                log.debug("weights reply dropped: %s", exc)
 
-    def _answer(self, identity: bytes, frame: bytes) -> None:
+    @staticmethod
+    def _answer(server: ServerSocket, identity: bytes, reply: ErrorReply) -> None:
         try:
-            self._router.send_multipart([identity, frame], zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # gone or not reading: it asks again
+            server.send(identity, reply, timeout_s=0.0)
+        except (PeerLost, TransportTimeout) as exc:
             log.debug("weights reply dropped: %s", exc)
 
 
@@ -187,14 +191,14 @@ class WeightSubscriber:
         latest_endpoint: its latest-weights endpoint ("tcp://learner:5562").
         on_weights: called once per version newer than `newer_than`, in increasing order.
         newer_than: versions up to this one are ignored (the server's current version).
-        request_timeout_s: a request unanswered for this long is given up (socket
-            reopened) and asked again.
         refresh_s: period of the "anything newer?" request that backs up the PUB stream.
 
     Attributes:
         version: newest version handed over (`newer_than` before any).
         received_at_ns: version -> `time.monotonic_ns()` when it arrived.
         handed_over: versions passed to `on_weights`, in order.
+        learner_connected: the learner answers on the latest-weights connection.
+        failure: why the thread gave up (a learner of another protocol version), or "".
     """
 
     def __init__(
@@ -204,19 +208,20 @@ class WeightSubscriber:
         on_weights: Callable[[int, bytes], None],
         *,
         newer_than: int = -1,
-        request_timeout_s: float = 2.0,
         refresh_s: float = 5.0,
         curve: ClientKeys | None = None,
     ) -> None:
-        if request_timeout_s <= 0 or refresh_s <= 0:
-            raise ValueError(f"request_timeout_s={request_timeout_s} and refresh_s={refresh_s} must be positive")
+        if refresh_s <= 0:
+            raise ValueError(f"refresh_s={refresh_s} must be positive")
         self.pub_endpoint, self.latest_endpoint = pub_endpoint, latest_endpoint
         self.on_weights = on_weights
         self.version = newer_than
-        self.request_timeout_s, self.refresh_s = request_timeout_s, refresh_s
+        self.refresh_s = refresh_s
         self.curve = curve
         self.received_at_ns: dict[int, int] = {}
         self.handed_over: list[int] = []
+        self.learner_connected = False
+        self.failure = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -247,53 +252,46 @@ class WeightSubscriber:
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         if self.curve is not None:
             curve_client(sub, self.curve)
-        monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED)
         sub.connect(self.pub_endpoint)
-        dealer = None
-        asked_at = None  # monotonic s of the request in flight
-        next_ask = time.monotonic()  # ask for the latest at start
+        latest = ClientSocket(self.latest_endpoint, role="server", curve=self.curve)
+        next_ask = 0.0  # monotonic s of the next "anything newer?" request
+        lost_logged = False
         try:
             while not self._stop.is_set():
-                now = time.monotonic()
-                if asked_at is not None and now - asked_at > self.request_timeout_s:
-                    if dealer is not None:  # always: asked_at is only set once a dealer exists
-                        dealer.close(linger=0)  # lazy pirate: a fresh socket, ask again
-                    dealer, asked_at, next_ask = None, None, now
-                if asked_at is None and now >= next_ask:
-                    dealer = dealer or _dealer(ctx, self.latest_endpoint, self.curve)
+                was_connected = self.learner_connected
+                try:
+                    reply = latest.poll(0.0)
+                    self.learner_connected = latest.ready
+                    if reply is not None:
+                        self._take(reply)
+                    if latest.ready and (not was_connected or time.monotonic() >= next_ask):
+                        latest.send(WeightsRequest(newer_than=self.version), timeout_s=0.0)
+                        next_ask = time.monotonic() + self.refresh_s
+                        lost_logged = False
+                except PeerLost as exc:
+                    self.learner_connected = False
+                    if not lost_logged:  # once per outage
+                        log.warning("weights: %s", exc)
+                        lost_logged = True
+                except TransportTimeout:
+                    pass  # the request could not be queued: asked again at the next refresh
+                if sub.poll(POLL_MS, zmq.POLLIN):
                     try:
-                        dealer.send_multipart(codec.encode(WeightsRequest(newer_than=self.version)), zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass  # not connected yet: counts as unanswered, asked again after the timeout
-                    asked_at, next_ask = now, now + self.refresh_s
-                poller = zmq.Poller()
-                for sock in (sub, monitor) + ((dealer,) if dealer is not None else ()):
-                    poller.register(sock, zmq.POLLIN)
-                events = dict(poller.poll(POLL_MS))
-                if monitor in events:
-                    recv_monitor_message(monitor)
-                    next_ask = time.monotonic() if asked_at is None else next_ask  # (re)connected
-                if sub in events:
-                    self._take(sub.recv())
-                if dealer is not None and dealer in events:
-                    self._take(*dealer.recv_multipart())
-                    asked_at = None
+                        self._take(codec.decode([sub.recv()]))
+                    except ProtocolError as exc:
+                        log.warning("undecodable message on the weights PUB socket: %s", exc)
+        except ProtocolError as exc:  # the hello was refused: another protocol version
+            self.failure = str(exc)
+            log.error("weights from %s refused, no weight updates: %s", self.latest_endpoint, exc)
         except Exception:
+            self.failure = "unexpected error (see the log)"
             log.exception("weight subscriber failed; no more weight updates")
         finally:
-            sub.disable_monitor()
-            monitor.close(linger=0)
+            latest.close()
             sub.close(linger=0)
-            if dealer is not None:
-                dealer.close(linger=0)
             ctx.term()
 
-    def _take(self, *frames: bytes) -> None:
-        try:
-            msg = codec.decode(list(frames))
-        except ProtocolError as exc:
-            log.warning("undecodable message on the weights sockets: %s", exc)
-            return
+    def _take(self, msg: object) -> None:
         if isinstance(msg, ErrorReply):
             if msg.code != "none_newer":
                 log.warning("learner refused a weights request: %s: %s", msg.code, msg.message)
@@ -321,15 +319,6 @@ def _bind(sock: zmq.Socket, endpoint: str) -> str:
     except zmq.ZMQError as exc:
         raise WireError(f"cannot bind {endpoint}: {exc} (another learner there? pick another port)") from None
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
-
-
-def _dealer(ctx: zmq.Context, endpoint: str, curve: ClientKeys | None) -> zmq.Socket:
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    if curve is not None:
-        curve_client(sock, curve)
-    sock.connect(endpoint)
-    return sock
 
 
 def _single_frame(msg) -> bytes:

@@ -245,24 +245,31 @@ def test_deploy_checks_its_options_before_starting_anything(argv, message, capsy
     assert time.perf_counter() - start < 2.0  # no server started, no connection attempted
 
 
-def test_serve_exits_non_zero_when_a_server_thread_has_died(monkeypatch, capsys):
+@pytest.mark.parametrize("trouble", ["dead thread", "learner refused"])
+def test_serve_exits_non_zero_when_a_server_thread_has_died_or_the_learner_is_refused(monkeypatch, capsys, trouble):
     from robotrl.commands import serve
     from robotrl.inference.latency import LatencyStats
 
-    class DeadModelThread:  # what PolicyServer.health() says once its model thread is gone
+    class Troubled:  # what PolicyServer.health() says once its model thread is gone, or weights were refused
         stats, version = LatencyStats(), 3
 
         def health(self) -> dict:
+            dead = trouble == "dead thread"
             return {
-                "threads_alive": {"robotrl-server-io": True, "robotrl-server-model": False},
-                "errors": {"model thread": 1},
-                "last_error": "model thread: boom",
+                "threads_alive": {"robotrl-server-io": True, "robotrl-server-model": not dead},
+                "errors": {"model thread": 1} if dead else {},
+                "last_error": "model thread: boom" if dead else "",
                 "queued_requests": 0,
                 "refused": 0,
+                "learner": None if dead else {"connected": False, "failure": "protocol version mismatch: ..."},
             }
 
     monkeypatch.setattr(serve, "STATUS_EVERY_S", 0.01)
-    assert serve._report_until_stopped(DeadModelThread()) == 1
+    assert serve._report_until_stopped(Troubled()) == 1
     captured = capsys.readouterr()
-    assert "threads 1/2" in captured.out
-    assert "robotrl-server-model stopped (model thread: boom)" in captured.err
+    if trouble == "dead thread":
+        assert "threads 1/2" in captured.out
+        assert "robotrl-server-model stopped (model thread: boom)" in captured.err
+    else:
+        assert "threads 2/2" in captured.out and "learner LOST" in captured.out
+        assert "error: weights: protocol version mismatch" in captured.err

@@ -423,6 +423,30 @@ def test_vlash_rtc_through_a_server_sees_the_state_the_stepped_path_forwards():
             np.testing.assert_allclose(served.prefix_rad, local.prefix_rad, atol=1e-6)
 
 
+def test_health_on_request_and_from_the_health_command(capsys):
+    import json
+
+    from robotrl.cli import main
+    from robotrl.wire.messages import HealthReply, HealthRequest
+
+    with PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
+        with ClientSocket(server.endpoint, robot_id="arm0") as arm0:
+            arm0.connect(timeout_s=5)
+            for i in range(5):
+                assert isinstance(arm0.request(request("arm0", i, np.full(6, 0.1)), 5), ChunkReply)
+            arm0.send(HealthRequest())
+            reply = arm0.recv(5)
+        assert main(["health", server.endpoint]) == 0
+        printed = json.loads(capsys.readouterr().out)
+    assert isinstance(reply, HealthReply) and all(reply.health["threads_alive"].values())
+    assert reply.health["batches_per_s"] == pytest.approx(5 / 10)  # 5 batches in the 10 s window
+    assert reply.health["errors"] == {} and reply.health["learner"] is None and reply.health["version"] == 0
+    assert printed["threads_alive"] == reply.health["threads_alive"]
+    t0 = time.monotonic()
+    assert main(["health", "tcp://127.0.0.1:1", "--timeout-s", "0.5"]) == 2  # nothing there: one line, exit 2
+    assert time.monotonic() - t0 < 2.0 and "no hello from a server" in capsys.readouterr().err
+
+
 def test_a_robot_id_belongs_to_the_connection_that_said_hello_with_it():
     with PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
         with (

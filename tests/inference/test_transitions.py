@@ -1,42 +1,36 @@
-"""`TransitionStreamer` over a real PUSH/PULL pair, and a full simulated actor episode
-(the episode runner with a `TransitionRecorder`) streaming to a learner socket with the scripted intervener."""
+"""`TransitionStreamer` to a real `TransitionInbox` on loopback, and a full simulated actor
+episode (the episode runner with a `TransitionRecorder`) streaming to it with the scripted intervener."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import zmq
 
 from robotrl.buffer.spec import SpecMismatch, TransitionSpec
 from robotrl.inference.executor import Executor, LocalChunkSource
 from robotrl.inference.runner import EpisodeRunner
 from robotrl.inference.stepped import ExpertChunkPolicy
 from robotrl.inference.transitions import TransitionRecorder, TransitionStreamer, resize_image
-from robotrl.wire import codec
 from robotrl.wire.messages import TransitionBatch
+from robotrl.wire.transitions import TransitionInbox
 
 SPEC = TransitionSpec(state_dim=3, action_dim=3, cameras={"wrist": (24, 32)}, env_state_dim=2)
 
 
 @pytest.fixture
-def pull():
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    yield sock, f"tcp://127.0.0.1:{port}"
-    sock.close(linger=0)
-    ctx.term()
+def inbox():
+    with TransitionInbox("tcp://127.0.0.1:*") as box:
+        yield box
 
 
-def receive(sock: zmq.Socket, spec: TransitionSpec) -> list[TransitionBatch]:
+def receive(inbox: TransitionInbox, spec: TransitionSpec) -> list[TransitionBatch]:
     """Batches until the one with episode_done (bounded waits), each checked against `spec`."""
     batches = []
     while not batches or not batches[-1].episode_done:
-        assert sock.poll(10_000), "no transition batch within 10 s"
-        batch = codec.decode(sock.recv_multipart())
-        spec.check(batch)
-        batches.append(batch)
+        taken = inbox.take(10.0, 1)
+        assert taken, "no transition batch within 10 s"
+        spec.check(taken[0])
+        batches += taken
     return batches
 
 
@@ -57,13 +51,12 @@ def record_rows(streamer: TransitionStreamer, n: int, image_hw=(48, 64)) -> None
         )
 
 
-def test_batches_every_k_rows_pass_the_spec_and_concatenate_to_the_episode(pull):
-    sock, endpoint = pull
-    with TransitionStreamer(endpoint, "arm0", SPEC, every_ticks=8) as streamer:
+def test_batches_every_k_rows_pass_the_spec_and_concatenate_to_the_episode(inbox):
+    with TransitionStreamer(inbox.endpoint, "arm0", SPEC, every_ticks=8) as streamer:
         episode_id = streamer.begin_episode("stack it")
         record_rows(streamer, 20)
         streamer.end_episode(success=True)
-        batches = receive(sock, SPEC)
+        batches = receive(inbox, SPEC)
     assert [len(b.ticks) for b in batches] == [8, 8, 4] and [b.seq for b in batches] == [0, 8, 16]
     assert [b.episode_done for b in batches] == [False, False, True] and batches[-1].success
     assert {b.episode_id for b in batches} == {episode_id} and batches[0].instruction == "stack it"
@@ -76,11 +69,11 @@ def test_batches_every_k_rows_pass_the_spec_and_concatenate_to_the_episode(pull)
     images = np.concatenate([b.images["wrist"] for b in batches])
     assert images.shape == (20, 24, 32, 3) and images.dtype == np.uint8
     np.testing.assert_array_equal(images[:, 0, 0, 0], np.arange(20))  # a flat image stays flat (INTER_AREA)
-    assert streamer.sent_batches == 3 and streamer.sent_rows == 20 and streamer.dropped_batches == 0
+    assert streamer.sender.sent_batches == 3 and streamer.sent_rows == 20 and streamer.sender.dropped_batches == 0
 
 
-def test_episode_ids_are_unique_and_increase_across_restarts(pull):
-    _, endpoint = pull
+def test_episode_ids_are_unique_and_increase_across_restarts(inbox):
+    endpoint = inbox.endpoint
     ids = []
     for _ in range(2):  # a robot restarted: a new streamer
         with TransitionStreamer(endpoint, "arm0", SPEC) as streamer:
@@ -88,18 +81,29 @@ def test_episode_ids_are_unique_and_increase_across_restarts(pull):
     assert all(a < b for a, b in zip(ids, ids[1:]))
 
 
-def test_a_dead_learner_never_blocks_record():
-    streamer = TransitionStreamer("tcp://127.0.0.1:1", "arm0", SPEC, every_ticks=1, sndhwm=4, linger_s=0.0)
+def test_a_dead_learner_never_blocks_record_and_a_returning_one_gets_the_queue():
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a port nobody listens on, for now
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    streamer = TransitionStreamer(endpoint, "arm0", SPEC, every_ticks=1, queue_batches=4, linger_s=0.0)
+    t0 = time.monotonic()
     record_rows(streamer, 300, image_hw=(24, 32))
     streamer.end_episode(success=False)
-    assert streamer.dropped_batches > 0
-    assert streamer.sent_batches + streamer.dropped_batches == 300
+    assert time.monotonic() - t0 < 5.0  # (300 rows, no waiting for the learner)
+    assert streamer.sender.dropped_batches == 296 and streamer.sender.queued_batches == 4
+    assert streamer.sender.sent_batches == 0 and not streamer.sender.connected
+    with TransitionInbox(endpoint) as late:  # the learner starts: the 4 newest batches arrive
+        assert streamer.sender.flush(10.0)
+        batches = [b for _ in range(4) for b in late.take(10.0, 1)]
     streamer.close()
+    assert [int(b.ticks[0]) for b in batches] == [296, 297, 298, 299] and batches[-1].episode_done
 
 
-def test_bad_rows_are_refused_clearly(pull):
-    _, endpoint = pull
-    with TransitionStreamer(endpoint, "arm0", SPEC, every_ticks=1) as streamer:
+def test_bad_rows_are_refused_clearly(inbox):
+    with TransitionStreamer(inbox.endpoint, "arm0", SPEC, every_ticks=1) as streamer:
         with pytest.raises(ValueError, match="no image from cameras \\['wrist'\\]"):
             streamer.record(0, np.zeros(3), {}, np.zeros(2), np.zeros(3), np.zeros(3), 0.0, False, 0, 0)
         streamer.record(
@@ -120,23 +124,22 @@ def test_bad_rows_are_refused_clearly(pull):
         resize_image(np.zeros((4, 4, 3), np.float32), (2, 2))
 
 
-def test_actor_episode_streams_what_was_executed_with_interventions(pull):
+def test_actor_episode_streams_what_was_executed_with_interventions(inbox):
     from robotrl.sim.env import TaskEnv
     from robotrl.sim.intervener import ScriptedIntervener
 
-    sock, endpoint = pull
     env = TaskEnv("reach", cameras=())
     spec = TransitionSpec(state_dim=6, action_dim=6, env_state_dim=3)
     env.reset(1)
     policy = ExpertChunkPolicy(env.make_expert(), 8, env.spec, version=3)
     intervener = ScriptedIntervener(env, takeover_m=0.03, handback_m=0.01, min_ticks=4)
     try:
-        with TransitionStreamer(endpoint, "arm0", spec, every_ticks=8) as streamer:
+        with TransitionStreamer(inbox.endpoint, "arm0", spec, every_ticks=8) as streamer:
             # a delay of 6 ticks makes the expert-as-policy lag behind the shadow expert
             executor = Executor(env.robot, LocalChunkSource(policy, 6), 8, intervener=intervener)
             runner = EpisodeRunner(env.robot, env, executor, env.clock, observers=[TransitionRecorder(streamer)])
             episode = runner.run(1)
-            batches = receive(sock, spec)
+            batches = receive(inbox, spec)
     finally:
         env.close()
     flags = np.concatenate([b.intervention for b in batches])
@@ -154,7 +157,7 @@ def test_encrypted_transitions_are_heard_only_from_allowed_keys(tmp_path):
     """A learner with keys takes batches from an allowed actor, never from a stranger."""
     import shutil
 
-    from robotrl.wire.keys import client_keys, curve_server, server_keys, write_keypair
+    from robotrl.wire.keys import client_keys, server_keys, write_keypair
 
     learner, allowed, stranger = tmp_path / "learner", tmp_path / "allowed", tmp_path / "stranger"
     server_public, _ = write_keypair(learner, "server")
@@ -163,23 +166,16 @@ def test_encrypted_transitions_are_heard_only_from_allowed_keys(tmp_path):
         shutil.copy(server_public, folder / "server.key")
     (learner / "allowed_clients").mkdir()
     shutil.copy(allowed / "client.key", learner / "allowed_clients" / "allowed.key")
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    sock.setsockopt(zmq.LINGER, 0)
-    auth = curve_server(ctx, server_keys(learner), sock)
-    endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
     spec = TransitionSpec(state_dim=6, action_dim=6)
-    try:
+    with TransitionInbox("tcp://127.0.0.1:*", curve=server_keys(learner)) as inbox:
         for folder, robot in ((stranger, "stranger"), (allowed, "allowed")):
-            with TransitionStreamer(endpoint, robot, spec, every_ticks=4, curve=client_keys(folder)) as streamer:
+            with TransitionStreamer(inbox.endpoint, robot, spec, every_ticks=4, curve=client_keys(folder)) as streamer:
                 streamer.begin_episode("reach")
                 for t in range(6):
                     streamer.record(t, np.zeros(6), {}, None, np.zeros(6), np.zeros(6), 0.0, False, 0, 1)
                 streamer.end_episode(True)
-        batches = receive(sock, spec)
+                delivered = streamer.sender.flush(2.0)
+            assert delivered == (robot == "allowed")  # the stranger never got a hello reply
+        batches = receive(inbox, spec)
         assert {b.robot_id for b in batches} == {"allowed"} and sum(len(b.ticks) for b in batches) == 6
-        assert not sock.poll(500)  # nothing from the stranger, ever
-    finally:
-        auth.stop()
-        sock.close(linger=0)
-        ctx.term()
+        assert inbox.take(0.5, 10) == []  # nothing from the stranger, ever

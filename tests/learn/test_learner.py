@@ -93,21 +93,25 @@ def _episode_batches(robot_id: str, episode_id: int, interventions: int, success
     return out
 
 
-def _push(endpoint: str):
+def _sender(endpoint: str, robot_id: str = "arm0"):
+    from robotrl.wire.transitions import TransitionSender
+
+    return TransitionSender(endpoint, robot_id)
+
+
+def _send(sender, batches) -> None:
+    for b in batches:
+        sender.send(b)
+    assert sender.flush(10.0), f"{sender.queued_batches} batches not sent within 10 s"
+
+
+def _raw_dealer(endpoint: str):
     import zmq
 
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.PUSH)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.connect(endpoint)
     return sock
-
-
-def _send(sock, batches) -> None:
-    from robotrl.wire import codec
-
-    for b in batches:
-        sock.send_multipart(codec.encode(b))
 
 
 def _wait(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
@@ -126,10 +130,9 @@ def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog
 
     from robotrl.buffer.online import OnlineBuffer
     from robotrl.learn.learner import Learner, LearnerConfig
-    from robotrl.wire import codec
     from robotrl.wire.weights import WeightPublisher, WeightSubscriber
 
-    caplog.set_level("ERROR", logger="robotrl.learn.learner")
+    caplog.set_level("ERROR", logger="robotrl")
     buffer = OnlineBuffer(tmp_path / "buf", _spec(), 10_000, fsync=False)
     publisher = WeightPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
     algo = FakeAlgorithm()
@@ -148,30 +151,36 @@ def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog
     subscriber = WeightSubscriber(
         publisher.pub_endpoint, publisher.latest_endpoint, lambda v, data: received.__setitem__(v, data), refresh_s=0.2
     )
-    push = _push(learner.transitions_endpoint)
-    # bad input first: a robot with a 3-joint state, then bytes that are no message at all
-    _send(push, _episode_batches("bad", 99, 0, False, state_dim=3)[:1])
-    push.send(b"\x00garbage")
+    # bad input first: a robot with a 3-joint state, bytes that are no message at all, a
+    # robot on another protocol version and a robot sending for another one
+    _send(bad := _sender(learner.transitions_endpoint, "bad"), _episode_batches("bad", 99, 0, False, state_dim=3)[:1])
+    garbage = _raw_dealer(learner.transitions_endpoint)
+    garbage.send(b"\x00garbage")
     future = msgspec.structs.replace(_episode_batches("arm9", 98, 0, True)[0], protocol_version=99)
-    push.send_multipart(codec.encode(future))  # a robot on another protocol version
+    _send(arm9 := _sender(learner.transitions_endpoint, "arm9"), [future])
+    _send(thief := _sender(learner.transitions_endpoint, "thief"), _episode_batches("arm0", 97, 0, True)[:1])
+    arm0 = _sender(learner.transitions_endpoint)
     for k in range(4):  # episode k: k intervention rows of 20, success on odd episodes
-        _send(push, _episode_batches("arm0", k, k, bool(k % 2)))
+        _send(arm0, _episode_batches("arm0", k, k, bool(k % 2)))
     with subscriber:
         thread = threading.Thread(target=learner.run)
         thread.start()
         thread.join(timeout=60)
         assert not thread.is_alive()
         _wait(lambda: 6 in received, what="weights version 6 at the subscriber")
-    push.close()
+    for sock in (bad, garbage, arm9, thief, arm0):
+        sock.close()
 
-    assert (learner.updates, learner.version, learner.rejected, learner.episodes) == (30, 6, 3, 4)
+    assert (learner.updates, learner.version, learner.rejected, learner.episodes) == (30, 6, 4, 4)
+    assert learner.refused_on_the_wire == {"protocol": 1, "protocol version": 1, "wrong robot id": 1}
     assert buffer.committed_transitions == 4 * ROWS and algo.calls == 30
     assert received[6] == algo.policy_weights()  # what the subscriber got is the final w
     assert sorted(received)[-1] == 6 and sorted(received) == sorted(set(received))
     errors = [r.getMessage() for r in caplog.records]
     assert any("robot 'bad'" in m and "state has shape (5, 3), expected (5, 2)" in m for m in errors), errors
-    assert any("undecodable" in m for m in errors), errors
-    assert any("robot arm9" in m and "the peer speaks 99" in m for m in errors), errors
+    assert any("protocol, 1 so far" in m and "invalid message" in m for m in errors), errors
+    assert any("robot 'arm9'" in m and "the peer speaks 99" in m for m in errors), errors
+    assert any("'thief'; it may not send for 'arm0'" in m for m in errors), errors
 
     episodes = read_csv(tmp_path / "run" / "episodes.csv")
     assert [float(r["intervention_rate"]) for r in episodes] == [0.0, 0.05, 0.1, 0.15]  # k / 20
@@ -225,7 +234,7 @@ def test_kill_9_then_resume_restores_counters_and_loses_no_committed_transition(
     try:
         endpoint = proc.stdout.readline().strip()
         assert endpoint.startswith("tcp://"), endpoint
-        push = _push(endpoint)
+        push = _sender(endpoint)
         for k in range(4):
             _send(push, _episode_batches("arm0", k, 0, True))
         _send(push, _episode_batches("arm0", 4, 0, True)[:2])  # in progress at the kill: journalled only
@@ -365,7 +374,7 @@ def test_cli_learner_every_option_has_help():
 
 
 def test_transition_streamer_feeds_the_learner(tmp_path):
-    """The robot-side streamer (inference/transitions.py) -> the learner's PULL socket -> committed episodes."""
+    """The robot-side streamer (inference/transitions.py) -> the learner's inbox -> committed episodes."""
     from robotrl.buffer.online import OnlineBuffer
     from robotrl.inference.transitions import TransitionStreamer
     from robotrl.learn.learner import Learner, LearnerConfig

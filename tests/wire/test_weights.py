@@ -153,18 +153,42 @@ def test_subscriber_gets_the_latest_after_the_learner_restarts():
     first = publisher_on_adjacent_ports()
     pub_ep, latest_ep = first.pub_endpoint, first.latest_endpoint
     first.publish(1, weights(1))
-    with WeightSubscriber(pub_ep, latest_ep, lambda v, b: got.append(v), request_timeout_s=0.3) as sub:
-        assert wait_until(lambda: sub.version == 1)
-        first.close()  # the learner dies ...
-        time.sleep(0.2)
+    with WeightSubscriber(pub_ep, latest_ep, lambda v, b: got.append(v)) as sub:
+        assert wait_until(lambda: sub.version == 1 and sub.learner_connected)
+        first.close()  # the learner dies: heartbeats go unanswered ...
+        t0 = time.monotonic()
+        assert wait_until(lambda: not sub.learner_connected)
+        noticed_s = time.monotonic() - t0
         with WeightPublisher(pub_ep, latest_ep) as second:  # ... and comes back with newer weights
             second.publish(7, weights(7))  # nobody is subscribed yet: only a request finds it
             assert wait_until(lambda: sub.version == 7)
-    assert got == [1, 7]
+    assert got == [1, 7] and noticed_s < 1.0
+
+
+def test_a_learner_of_another_protocol_version_is_refused_with_one_line(caplog):
+    """The latest-weights connection says hello: an old learner's answer stops the subscriber."""
+    import zmq
+
+    from robotrl.wire import codec
+    from robotrl.wire.messages import HelloReply
+
+    ctx = zmq.Context.instance()
+    old_learner = ctx.socket(zmq.ROUTER)
+    old_learner.setsockopt(zmq.LINGER, 0)
+    port = old_learner.bind_to_random_port("tcp://127.0.0.1")
+    with WeightSubscriber("tcp://127.0.0.1:1", f"tcp://127.0.0.1:{port}", lambda v, b: None) as sub:
+        assert old_learner.poll(5000)
+        identity, *_ = old_learner.recv_multipart()  # the hello
+        old_learner.send_multipart([identity, *codec.encode(HelloReply(ok=True, protocol_version=1))])
+        assert wait_until(lambda: sub.failure != "")
+    old_learner.close()
+    assert "this side speaks robotrl wire protocol 3, the peer speaks 1" in sub.failure
+    assert sub.handed_over == [] and not sub.learner_connected
+    assert [r.levelname for r in caplog.records if "refused" in r.getMessage()] == ["ERROR"]
 
 
 def test_dead_learner_never_hangs_the_subscriber():
-    with WeightSubscriber("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", lambda v, b: None, request_timeout_s=0.05) as sub:
+    with WeightSubscriber("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", lambda v, b: None) as sub:
         time.sleep(0.3)  # several unanswered requests, each given up
     assert sub._thread is None and sub.handed_over == []
 
@@ -208,7 +232,6 @@ def test_encrypted_weights_reach_only_allowed_servers(tmp_path):
             publisher.latest_endpoint,
             lambda v, data, who=who: got[who].append(v),
             curve=client_keys(folder),
-            request_timeout_s=0.3,
             refresh_s=0.3,
         )
         for who, folder in (("allowed", allowed), ("stranger", stranger))

@@ -63,9 +63,9 @@ def server():
     srv.close()
 
 
-def request(request_id: int, tick: int = 0) -> ObservationRequest:
+def request(request_id: int, tick: int = 0, robot_id: str = "arm") -> ObservationRequest:
     return ObservationRequest(
-        robot_id="arm",
+        robot_id=robot_id,
         request_id=request_id,
         tick=tick,
         state=np.zeros(6, np.float32),
@@ -81,7 +81,7 @@ def test_concurrent_clients_get_their_own_replies(server):
             client.connect(timeout_s=2.0)
             for i in range(40):
                 rid = 1000 * k + i
-                reply = client.request(request(rid, tick=k), timeout_s=2.0)
+                reply = client.request(request(rid, tick=k, robot_id=f"arm{k}"), timeout_s=2.0)
                 if reply.start_tick != k or reply.request_id != rid or reply.actions[0, 0] != rid:
                     errors.append(f"robot {k} got {reply}")
 
@@ -97,7 +97,7 @@ def test_concurrent_clients_get_their_own_replies(server):
 def test_timeouts_fire_within_the_deadline():
     srv = EchoServer(mute=True)
     try:
-        with ClientSocket(srv.endpoint) as client:
+        with ClientSocket(srv.endpoint, robot_id="arm") as client:
             client.connect(timeout_s=2.0)
             t0 = time.monotonic()
             with pytest.raises(TransportTimeout):
@@ -115,7 +115,7 @@ def test_timeouts_fire_within_the_deadline():
 def test_peer_lost_then_reconnect_when_the_server_returns():
     srv = EchoServer()
     endpoint = srv.endpoint
-    client = ClientSocket(endpoint, heartbeat_s=0.1, missed_heartbeats=2, reconnect_ivl_ms=20)
+    client = ClientSocket(endpoint, robot_id="arm", heartbeat_s=0.1, missed_heartbeats=2, reconnect_ivl_ms=20)
     try:
         client.connect(timeout_s=2.0)
         assert client.poll(0.35) is None  # idle: heartbeats answered, no PeerLost
@@ -142,7 +142,7 @@ def test_peer_lost_then_reconnect_when_the_server_returns():
 def test_quick_server_restart_is_healed_by_a_new_hello():
     srv = EchoServer()
     endpoint = srv.endpoint
-    client = ClientSocket(endpoint, heartbeat_s=5.0, reconnect_ivl_ms=20)
+    client = ClientSocket(endpoint, robot_id="arm", heartbeat_s=5.0, reconnect_ivl_ms=20)
     try:
         client.connect(timeout_s=2.0)
         srv.close()
@@ -187,7 +187,7 @@ def test_version_mismatch_is_refused_on_both_sides():
     # client side: a server of another version answers
     router = raw_socket(zmq.ROUTER, "tcp://127.0.0.1:*", bind=True)
     endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
-    with ClientSocket(endpoint) as client:
+    with ClientSocket(endpoint, robot_id="arm") as client:
         threading.Timer(
             0.05,
             lambda: router.send_multipart(
@@ -205,12 +205,13 @@ def test_version_mismatch_is_refused_on_both_sides():
 
 @pytest.fixture
 def curve_keys(tmp_path):
-    """Server keys, an allowed client `robot1` and a client `intruder` not on the list."""
+    """Server keys, allowed clients `robot1` and `robot2`, a client `intruder` not on the list."""
     keys, allowed = tmp_path / "keys", tmp_path / "allowed"
     allowed.mkdir()
     write_keypair(keys, "server")
     write_keypair(keys, "intruder")
     shutil.copy(write_keypair(keys, "robot1")[0], allowed)
+    shutil.copy(write_keypair(keys, "robot2")[0], allowed)
     return keys, allowed
 
 
@@ -221,17 +222,41 @@ def test_curve_allow_list(curve_keys):
     try:
 
         def client(name: str) -> ClientSocket:
-            return ClientSocket(srv.endpoint, curve=ClientKeys(keys / f"{name}.key_secret", keys / "server.key"))
+            curve = ClientKeys(keys / f"{name}.key_secret", keys / "server.key")
+            return ClientSocket(srv.endpoint, robot_id="arm", curve=curve)
 
         with client("robot1") as friend:
             friend.connect(timeout_s=2.0)
             assert friend.request(request(1, tick=4), timeout_s=2.0).start_tick == 4
         with client("intruder") as intruder, pytest.raises(TransportTimeout, match="allowed-clients"):
             intruder.connect(timeout_s=0.5)
-        with ClientSocket(srv.endpoint) as plain, pytest.raises(TransportTimeout):
+        with ClientSocket(srv.endpoint, robot_id="arm") as plain, pytest.raises(TransportTimeout):
             plain.connect(timeout_s=0.3)
     finally:
         srv.close()
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_under_curve_a_robot_id_is_bound_to_the_key_that_first_said_hello_with_it(curve_keys):
+    keys, allowed = curve_keys
+    srv = EchoServer(curve=ServerKeys(keys / "server.key_secret", allowed))
+
+    def client(name: str) -> ClientSocket:
+        return ClientSocket(
+            srv.endpoint, robot_id="arm", curve=ClientKeys(keys / f"{name}.key_secret", keys / "server.key")
+        )
+
+    try:
+        with client("robot1") as owner, client("robot2") as other, client("robot1") as reconnected:
+            owner.connect(timeout_s=2.0)
+            with pytest.raises(ProtocolError, match="'arm' belongs to another client key"):
+                other.connect(timeout_s=2.0)  # an allowed key, but not the one that owns 'arm'
+            reconnected.connect(timeout_s=2.0)  # the same key on a new connection takes 'arm' over
+            assert reconnected.request(request(2, tick=5), timeout_s=2.0).start_tick == 5
+            stale = owner.request(request(3), timeout_s=2.0)
+    finally:
+        srv.close()
+    assert isinstance(stale, ErrorReply) and stale.code == "wrong_robot_id" and "newer connection" in stale.message
 
 
 def test_keys_cli_writes_loadable_keys(tmp_path, capsys):
