@@ -56,7 +56,7 @@ RECEIVE_PER_LOOP = 64
 """Messages the I/O thread takes in before it sends the replies waiting."""
 HEALTH_WINDOW_S = 10.0
 """Window of the batches-per-second figure in `health()`."""
-ERRORS_LOGGED_EVERY = 100
+ERRORS_LOGGED_EVERY_S = 5.0
 """After the first error of a kind, one log line per this many."""
 
 
@@ -153,6 +153,8 @@ class PolicyServer:
         self.refused = 0
         """Malformed requests answered with an error."""
         self._batch_times: collections.deque[float] = collections.deque(maxlen=10_000)  # monotonic s per batch
+        self._logged_at_s: dict[str, float] = {}  # error kind -> when it was last logged
+        self._socket: ServerSocket | None = None  # the I/O thread's, once bound
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -249,6 +251,7 @@ class PolicyServer:
             self._ready.set()
             return
         self.endpoint = server.endpoint
+        self._socket = server
         wake = server.context.socket(zmq.PULL)
         wake.bind(f"inproc://robotrl-wake-{id(self)}")
         self._wake_push = server.context.socket(zmq.PUSH)
@@ -387,17 +390,23 @@ class PolicyServer:
 
     def _note_error(self, kind: str, exc: BaseException, *, traceback: bool = True) -> None:
         """Count an error of `kind`; log the first one (with its traceback when asked) and
-        then every `ERRORS_LOGGED_EVERY`-th, with the count, so a flood makes few lines."""
+        then at most one line per `ERRORS_LOGGED_EVERY_S` per kind, with the count, so a
+        flood makes few lines."""
+        now = time.monotonic()
         with self._lock:
             self.errors[kind] = count = self.errors.get(kind, 0) + 1
             self.last_error = f"{kind}: {exc}"
-        if count == 1 or count % ERRORS_LOGGED_EVERY == 0:
+            due = now - self._logged_at_s.get(kind, -1e9) >= ERRORS_LOGGED_EVERY_S
+            if due:
+                self._logged_at_s[kind] = now
+        if due:
             log.warning("%s (%d so far): %s", kind, count, exc, exc_info=exc if traceback and count == 1 else None)
 
     def health(self) -> dict:
         """Threads alive, errors by kind, the last error, requests waiting, model batches
         per second over the last `HEALTH_WINDOW_S`, the weight version, requests refused,
-        and (with `weights_from`) the learner connection: answering, and why it was given up."""
+        messages dropped from quarantined connections, and (with `weights_from`) the
+        learner connection: answering, and why it was given up."""
         with self._lock:
             errors, last = dict(self.errors), self.last_error
         sub = self.subscriber
@@ -410,6 +419,7 @@ class PolicyServer:
             "batches_per_s": sum(t >= recent for t in list(self._batch_times)) / HEALTH_WINDOW_S,
             "version": self.version,
             "refused": self.refused,
+            "quarantined_drops": 0 if self._socket is None else self._socket.quarantined_drops,
             "learner": None if sub is None else {"connected": sub.learner_connected, "failure": sub.failure},
         }
 

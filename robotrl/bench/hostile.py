@@ -132,7 +132,7 @@ def round_trips(client: ClientSocket, n: int, first_id: int, while_alive=None) -
     return times, wrong
 
 
-def run(frames: int = 10_000, requests: int = 300) -> dict:
+def run(frames: int = 10_000, requests: int = 1000) -> dict:
     """The benchmark: `requests` round trips alone, then round trips for as long as a
     separate process sends `frames` hostile frames (and at least `requests`)."""
     spawn = multiprocessing.get_context("spawn")
@@ -165,6 +165,7 @@ def run(frames: int = 10_000, requests: int = 300) -> dict:
         "dead_threads": sum(not alive for alive in health["threads_alive"].values()),
         "errors": health["errors"],
         "refused": health["refused"],
+        "quarantined_drops": health["quarantined_drops"],
         "rss_growth_mb": _rss_mb() - rss_start,
     }
     results["targets"] = {

@@ -107,7 +107,9 @@ class CsvLog:
 class EpisodeLog:
     """An episode-runner observer of an actor: one `CsvLog` row (episode, wall_s,
     robot_id, seed, ticks, success, intervention_ticks, intervention_rate, takeovers,
-    episode_return, missed_ticks, version_min, version_max) and one printed line per episode.
+    episode_return, missed_ticks, pauses, version_min, version_max) and one printed line per
+    episode. `missed_ticks`: ticks whose work overran the control period (the machine was
+    too slow); `pauses`: ticks the arm held for lack of a chunk (the stack was too slow).
 
     Args:
         log: the CSV file, or None to print only.
@@ -142,6 +144,7 @@ class EpisodeLog:
                     "takeovers": r.takeovers,
                     "episode_return": round(r.episode_return, 4),
                     "missed_ticks": r.missed_ticks,
+                    "pauses": r.pauses,
                     "version_min": min(r.versions, default=-1),
                     "version_max": max(r.versions, default=-1),
                 }

@@ -11,6 +11,11 @@ and, on its next `poll()`, recreates its socket and says hello again. The server
 answers requests and heartbeats from identities that never said hello (it restarted)
 with `ErrorReply(code="hello_required")`, on which clients say hello again by themselves.
 
+Misbehaving peers: a connection that sends `QUARANTINE_STRIKES` invalid messages
+(undecodable, or for a robot id it does not own) within `STRIKE_WINDOW_S` is quarantined
+for `QUARANTINE_S`: its messages are then dropped unread and unanswered (counted in
+`quarantined_drops`), so a flood costs the server a receive, not a decode and a reply.
+
 Robot ids: a message naming a robot (`robot_id`) is taken only from the connection that
 owns that id, the newest one that said hello with it (a robot that reconnects gets a new
 connection and takes its id over); anything else gets `ErrorReply(code="wrong_robot_id")`.
@@ -42,6 +47,9 @@ from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, Heartbeat, Heart
 log = logging.getLogger(__name__)
 
 _SEND_RETRY_S = 0.0005
+QUARANTINE_STRIKES = 20
+STRIKE_WINDOW_S = 1.0
+QUARANTINE_S = 10.0
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Largest message a `ServerSocket` accepts (ZMQ_MAXMSGSIZE; a peer sending a larger one
 is disconnected before it is buffered): two raw 1080p RGB frames fit."""
@@ -74,6 +82,10 @@ class ServerSocket:
         self.owners: dict[str, bytes] = {}
         """Robot id -> identity of the connection that owns it (the newest hello with it)."""
         self._id_keys: dict[str, str] = {}  # robot id -> CURVE key that first said hello with it
+        self._strikes: dict[bytes, tuple[float, int]] = {}  # identity -> (window start s, invalid messages)
+        self._quarantined: dict[bytes, float] = {}  # identity -> monotonic s its quarantine ends
+        self.quarantined_drops = 0
+        """Messages dropped unread from quarantined connections."""
         self._last_seen_s: dict[bytes, float] = {}
         self.last_decode_ns = self.last_encode_ns = 0
         self._ctx = zmq.Context()
@@ -128,9 +140,19 @@ class ServerSocket:
                     continue  # woke up early: poll counts whole milliseconds
                 raise TransportTimeout(f"no request within {timeout_s:.3g} s on {self.endpoint}")
             identity, *frames = self._sock.recv_multipart(copy=False)
-            msg = self._handle(identity.bytes, frames)
+            if self._in_quarantine(identity.bytes):
+                self.quarantined_drops += 1
+                msg = None
+            else:
+                try:
+                    msg = self._handle(identity.bytes, frames)
+                except ProtocolError:
+                    self._strike(identity.bytes)
+                    raise
             if msg is not None:
                 return identity.bytes, msg
+            if time.monotonic() >= deadline:  # (a flood of hellos or dropped frames: return in time)
+                raise TransportTimeout(f"no request within {timeout_s:.3g} s on {self.endpoint}")
 
     def send(self, identity: bytes, msg: Message, timeout_s: float = 1.0) -> None:
         """Send `msg` to the client `identity`. Raises `PeerLost` if that client is gone
@@ -222,10 +244,40 @@ class ServerSocket:
         except (PeerLost, TransportTimeout) as exc:
             log.debug("could not answer client %s: %s", identity.hex(), exc)
 
+    def _in_quarantine(self, identity: bytes) -> bool:
+        until = self._quarantined.get(identity)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._quarantined[identity]
+        return False
+
+    def _strike(self, identity: bytes) -> None:
+        """Count an invalid message of `identity`; quarantine it after too many too fast."""
+        now = time.monotonic()
+        start, count = self._strikes.get(identity, (now, 0))
+        if now - start > STRIKE_WINDOW_S:
+            start, count = now, 0
+        self._strikes[identity] = (start, count + 1)
+        if count + 1 >= QUARANTINE_STRIKES:
+            del self._strikes[identity]
+            self._quarantined[identity] = now + QUARANTINE_S
+            log.warning(
+                "client %s quarantined for %g s: %d invalid messages within %g s",
+                identity.hex(),
+                QUARANTINE_S,
+                QUARANTINE_STRIKES,
+                STRIKE_WINDOW_S,
+            )
+
     def _expire_peers(self) -> None:
         """Forget clients not seen for `peer_expiry_s` (each reconnect leaves an old
         identity behind; run at each hello, the only time the table grows)."""
-        cutoff = time.monotonic() - self.peer_expiry_s
+        now = time.monotonic()
+        cutoff = now - self.peer_expiry_s
+        self._strikes = {i: st for i, st in self._strikes.items() if now - st[0] <= STRIKE_WINDOW_S}
+        self._quarantined = {i: until for i, until in self._quarantined.items() if until > now}
         for identity in [i for i, seen in self._last_seen_s.items() if seen < cutoff]:
             del self._last_seen_s[identity]
             hello = self.peers.pop(identity, None)

@@ -7,6 +7,7 @@ import json
 
 from robotrl.bench import hostile
 from robotrl.cli import main
+from robotrl.wire import transport
 
 
 def test_every_hostile_frame_maker_makes_frames():
@@ -22,5 +23,6 @@ def test_a_small_flood_kills_no_thread_and_misroutes_no_reply(tmp_path):
     results = json.loads((tmp_path / "hostile" / "results.json").read_text())
     assert results["hostile_frames_sent"] == 400
     assert results["dead_threads"] == 0 and results["wrong_replies"] == 0
-    assert results["errors"]["protocol"] > 100  # the garbage was seen and counted, not answered as work
+    # the garbage was seen and counted, then its senders quarantined: the rest dropped unread
+    assert results["errors"]["protocol"] >= transport.QUARANTINE_STRIKES and results["quarantined_drops"] > 100
     assert results["errors"]["wrong robot id"] > 0 and results["loaded_round_trips"] >= 30

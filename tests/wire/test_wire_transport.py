@@ -94,6 +94,34 @@ def test_concurrent_clients_get_their_own_replies(server):
     assert {h.robot_id for h in server.sock.peers.values()} == {"arm0", "arm1", "arm2", "arm3"}
 
 
+def test_a_peer_sending_garbage_is_quarantined_and_the_others_are_served(monkeypatch):
+    from robotrl.wire import transport
+
+    monkeypatch.setattr(transport, "QUARANTINE_S", 0.5)
+    srv = EchoServer()
+    try:
+        with ClientSocket(srv.endpoint, robot_id="arm") as good, ClientSocket(srv.endpoint, robot_id="bad") as bad:
+            good.connect(timeout_s=2.0)
+            bad.connect(timeout_s=2.0)
+            raw = bad._open_sock()  # the bad robot's own connection, now sending garbage
+            for _ in range(transport.QUARANTINE_STRIKES):
+                raw.send(b"\x00garbage")
+            answers = [bad.poll(1.0) for _ in range(transport.QUARANTINE_STRIKES)]  # an error for each
+            for _ in range(30):
+                raw.send(b"\x00garbage")  # quarantined: dropped unread, unanswered
+            assert good.request(request(1), timeout_s=2.0).request_id == 1  # the others are served meanwhile
+            assert bad.poll(0.3) is None
+            time.sleep(0.5)  # the quarantine ends
+            raw.send_multipart(codec.encode(request(2, robot_id="bad")), zmq.NOBLOCK)
+            after = bad.poll(2.0)
+    finally:
+        srv.close()
+    assert all(isinstance(a, ErrorReply) and a.code == "protocol" for a in answers)
+    assert srv.sock.quarantined_drops >= 30 and isinstance(
+        after, ChunkReply
+    )  # (30 + any heartbeat) and after.request_id == 2
+
+
 def test_timeouts_fire_within_the_deadline():
     srv = EchoServer(mute=True)
     try:
