@@ -35,6 +35,8 @@ class ArmConfig:
     """Real arm: serial port of the follower."""
     robot_id: str = "follower"
     """Real arm: lerobot calibration id; also this robot's name for the server and learner."""
+    cameras: str = ""
+    """Real arm: its cameras as lerobot's `--robot.cameras` map (`hardware.lerobot_arm.cameras`)."""
 
     def __post_init__(self) -> None:
         if self.robot not in ROBOTS:
@@ -49,6 +51,12 @@ class ArmConfig:
                 raise UserError(f"unknown task {self.task!r} for the simulated arm; choose {', '.join(TASKS)}")
             if self.scenario not in SCENARIOS:
                 raise UserError(f"unknown scenario {self.scenario!r}; choose {', '.join(SCENARIOS)}")
+            if self.cameras:
+                raise UserError("--cameras is for real arms; a simulated arm renders the cameras the policy reads")
+        else:
+            from robotrl.hardware.lerobot_arm.cameras import parse_cameras
+
+            parse_cameras(self.cameras)  # a bad camera map fails before anything starts
 
     @property
     def simulated(self) -> bool:
@@ -85,13 +93,39 @@ def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> 
         size = int(server_info.get("image_size_px") or 0)
         cameras = tuple(CameraSpec(name, size, size) for name in server_info.get("cameras", ()))
         env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=SimClock() if stepped else WallClock())
+        try:
+            check_control_rate(server_info, env.spec.control_rate_hz)
+        except UserError:
+            env.close()
+            raise
         return OpenArm(env.robot, env, env.clock)
     if stepped:
         raise UserError("stepped runs are for simulated arms (--robot sim)")
+    from robotrl.hardware.lerobot_arm.cameras import parse_cameras
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
 
+    cameras = parse_cameras(config.cameras)
+    missing = sorted(set(server_info.get("cameras", ())) - set(cameras))
+    if missing:
+        given = ", ".join(sorted(cameras)) or "none"
+        raise UserError(
+            f"the policy reads cameras {missing}; --cameras gives {given}: name them as the policy was trained"
+        )
     clock = WallClock()
     assert config.port is not None  # checked by ArmConfig
-    robot = SafeRobot(LerobotArm(config.robot, port=config.port, robot_id=config.robot_id), clock=clock)
+    arm = LerobotArm(config.robot, port=config.port, robot_id=config.robot_id, cameras=cameras)
+    check_control_rate(server_info, arm.spec.control_rate_hz)
+    robot = SafeRobot(arm, clock=clock)
     robot.connect(watchdog_thread=True)
     return OpenArm(robot, ArmTask(robot, config.task), clock)
+
+
+def check_control_rate(server_info: dict, robot_rate_hz: float) -> None:
+    """Refuse a policy trained at another control rate than the arm runs (its chunks would
+    play at the wrong speed). Servers that do not say are taken at their word."""
+    policy_rate_hz = server_info.get("control_rate_hz")
+    if policy_rate_hz is not None and abs(float(policy_rate_hz) - robot_rate_hz) > 1e-6:
+        raise UserError(
+            f"the policy was trained at {float(policy_rate_hz):g} Hz and the arm runs at {robot_rate_hz:g} Hz: "
+            "record and train at the arm's rate"
+        )

@@ -1,6 +1,6 @@
 """Chunk maths of asynchronous chunked inference (docs/algorithms.md section 1).
 
-Pure functions on numpy arrays: state forwarding (VLASH), splicing chunks into an action
+Pure functions on numpy arrays: state forwarding and the conditioning state (VLASH), splicing chunks into an action
 queue keyed by absolute control tick, the request rule, the delay estimate, the RTC
 guidance weights and the smoothness metrics of docs/benchmarks.md. Robot side: no torch, no
 mujoco. Angles are radians, times are control ticks.
@@ -57,6 +57,41 @@ def forward_state(
     for row in rows:
         state = clamp_step(state, row if mode == "absolute" else state + row, limit)
     return state
+
+
+def conditioning_state(
+    measured_rad: np.ndarray,
+    last_target_rad: np.ndarray,
+    in_flight_rad: np.ndarray,
+    delay_ticks: int,
+    max_step_rad: np.ndarray | float | None = None,
+) -> np.ndarray:
+    """The state a VLASH fast pathway conditions on, for a chunk requested at tick t whose
+    row 0 executes at t + d. One definition, used by the executor (stepped and real time,
+    local or through a server) and by training's offset augmentation
+    (`robotrl.train.sampling.conditioning_state_rows`, with k in place of d):
+
+    - d = 0: the measured joints q_t (then vlash conditions exactly as naive async does);
+    - d > 0: the target commanded for tick t + d - 1, a_(t+d-1): the last row of the plan
+      for ticks t .. t+d-1 (held when the plan is shorter), walked with the safety step
+      clamp from the last target sent (`forward_state`, absolute).
+
+    A position-servoed arm lags its targets, so for d > 0 this is where the arm was told to
+    be, not where it is; training sees the same quantity (the recorded action of frame
+    t + k - 1), so the policy is never fed a kind of state it was not trained on.
+
+    Args:
+        measured_rad: (J,) joints measured at tick t.
+        last_target_rad: (J,) the last target sent (tick t - 1), where the walk starts.
+        in_flight_rad: (n, J) targets planned for ticks t, t + 1, ...
+        delay_ticks: d >= 0.
+
+    Returns:
+        (J,) a new array.
+    """
+    if delay_ticks == 0:
+        return np.array(measured_rad, dtype=np.float64)
+    return forward_state(last_target_rad, in_flight_rad, delay_ticks, max_step_rad=max_step_rad)
 
 
 def carry_lag(

@@ -11,8 +11,9 @@ Modes (docs/algorithms.md section 1):
   pauses), start it where the robot stopped.
 - "naive": lerobot async: request at the threshold with the measured state, the chunk is
   keyed from the observation tick, overlapping rows blend 0.3 old + 0.7 new.
-- "vlash": the state is forwarded over the in-flight queued rows to the tick the chunk
-  starts (t + d); the chunk replaces the queue from that tick. With `lag_deadband_rad`,
+- "vlash": the policy conditions on `conditioning_state`: the measured state at d = 0,
+  else the state forwarded over the in-flight queued rows to the tick the chunk starts
+  (a_(t+d-1)); the chunk replaces the queue from t + d. With `lag_deadband_rad`,
   the arm's tracking error beyond the deadband is carried into that state (`carry_lag`).
 - "vlash+rtc": as "vlash", and the queued rows for the new chunk's own ticks (t + d on,
   the plan it replaces) go along as `prefix_rad`: the policy is guided toward them (RTC).
@@ -43,7 +44,15 @@ from robotrl.core.policy import ActionChunk, ChunkPolicy, PolicyObservation, Slo
 from robotrl.core.robot import RobotState
 from robotrl.core.task import Intervener
 from robotrl.hardware.safety import SafeRobot
-from robotrl.inference.chunking import DelayEstimator, arm_deadband, carry_lag, forward_state, should_request, splice
+from robotrl.inference.chunking import (
+    DelayEstimator,
+    arm_deadband,
+    carry_lag,
+    conditioning_state,
+    forward_state,
+    should_request,
+    splice,
+)
 from robotrl.inference.latents import LatentCache
 
 log = logging.getLogger(__name__)
@@ -353,8 +362,8 @@ class Executor:
             start = self._hold_rad  # the last target sent: where the step clamp starts from
             assert start is not None  # set by the first tick
             in_flight = self._planned(now, d)
-            obs.state_rad = forward_state(start, in_flight, d, max_step_rad=self.max_step_rad)
-            if self.lag_deadband_rad is not None:
+            obs.state_rad = conditioning_state(measured.q_rad, start, in_flight, d, self.max_step_rad)
+            if self.lag_deadband_rad is not None and d > 0:
                 target = forward_state(start, in_flight, 1, max_step_rad=self.max_step_rad)  # this tick's
                 obs.state_rad = carry_lag(obs.state_rad, target, measured.q_rad, self.lag_deadband_rad)
             obs.delay_ticks = d

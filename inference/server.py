@@ -238,6 +238,7 @@ class PolicyServer:
             "cameras": list(self.policy.metadata.cameras),
             "image_size_px": self.policy.metadata.image_size_px,
             "env_state_dim": self.policy.metadata.env_state_dim,
+            "control_rate_hz": self.policy.metadata.control_rate_hz,
         }
         try:
             server = ServerSocket(

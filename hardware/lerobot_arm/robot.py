@@ -144,9 +144,22 @@ class LerobotArm:
 
     def read(self) -> RobotState:
         """Joint positions in URDF radians and the latest frame of each camera, stamped with
-        `time.monotonic()` when lerobot's observation (motors first, then cameras) returns."""
+        `time.monotonic()` when lerobot's observation (motors first, then cameras) returns.
+
+        A camera that stalls (no frame newer than lerobot's `read_latest` age limit) or
+        whose reader died, or a bus that stops answering, holds the arm at its last
+        measured position and raises `DeviceNotConnected` naming the device."""
         follower = self._require()
-        obs = follower.get_observation()
+        try:
+            obs = follower.get_observation()
+        except (OSError, RuntimeError) as err:  # TimeoutError and ConnectionError are OSErrors
+            if self._last_measured is not None:
+                self.hold()
+            reason = " ".join(str(err).split())
+            raise DeviceNotConnected(
+                f"the {self.arm.name} arm on {self.port} or one of its cameras stopped delivering ({reason}); "
+                "the arm holds: check the camera's and the bus's cables and power"
+            ) from err
         stamp_s = time.monotonic()
         measured = np.array([obs[key] for key in self._keys], dtype=np.float64)
         self._last_measured = measured

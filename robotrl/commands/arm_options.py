@@ -14,6 +14,12 @@ from robotrl.inference.arm import ArmConfig
 from robotrl.inference.executor import MODES, ExecutorConfig
 from robotrl.learn.actor import ActorJob
 
+CAMERAS_HELP = (
+    "real arm: its cameras as lerobot's --robot.cameras map, e.g. "
+    '"{front: {type: opencv, index_or_path: 0, width: 640, height: 480, fps: 30}}" '
+    "(the names the policy was trained with)"
+)
+
 
 def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -32,6 +38,7 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
         help="sim: nominal or shifted physics (default: %(default)s)",
     )
     parser.add_argument("--port", help="real arm: serial port of the follower")
+    parser.add_argument("--cameras", default=field_default(ArmConfig, "cameras"), help=CAMERAS_HELP)
     parser.add_argument(
         "--robot-id",
         default=field_default(ArmConfig, "robot_id"),
@@ -69,7 +76,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def arm_config(args: argparse.Namespace) -> ArmConfig:
-    return ArmConfig(args.robot, args.task, args.scenario, args.port, args.robot_id)
+    return ArmConfig(args.robot, args.task, args.scenario, args.port, args.robot_id, args.cameras)
 
 
 def executor_config(args: argparse.Namespace) -> ExecutorConfig:

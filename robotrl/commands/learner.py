@@ -1,7 +1,7 @@
 """`robotrl learner`: the online learner process alone (pull transitions, update, publish
 weights); `robotrl learn` starts one with `--config FILE`.
 
-Executors stream transitions to `--transitions` (PULL, default tcp://*:5560); servers
+Executors stream transitions to `--transitions` (default tcp://*:5560, hello + heartbeats); servers
 subscribe to `--weights` (PUB on that port, the latest-weights socket on port + 1:
 `robotrl serve --weights-from tcp://LEARNER:5561`). SIGINT/SIGTERM stop it with a final
 checkpoint; `--resume` continues a run (also after kill -9) from `--out` and the buffer log.
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--transitions",
         default=field_default(LearnerConfig, "transitions_endpoint"),
-        help="endpoint the transitions PULL socket binds (default: %(default)s)",
+        help="endpoint the transitions socket binds (default: %(default)s)",
     )
     parser.add_argument(
         "--weights",

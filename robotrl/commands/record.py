@@ -41,8 +41,9 @@ def _add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-size", type=int, default=224, help="sim: camera height and width in pixels")
     parser.add_argument(
         "--cameras",
-        default="front,wrist",
-        help="sim: comma-separated cameras to record, '' for none (default: front,wrist)",
+        help="sim: comma-separated cameras to record, '' for none (default: front,wrist); real arm: "
+        "lerobot's --robot.cameras map, e.g. \"{front: {type: opencv, index_or_path: 0, width: 640, "
+        'height: 480, fps: 30}}"',
     )
     add_field(parser, "--noise", TeleopConfig, "expert: std of end-effector noise per tick, metres", field="noise_m")
     parser.add_argument(
@@ -157,7 +158,8 @@ def _make_session(args: argparse.Namespace):
         from robotrl.sim.env import TaskEnv
 
         size = args.image_size
-        cameras = tuple(CameraSpec(name, size, size) for name in args.cameras.split(",") if name)
+        names = "front,wrist" if args.cameras is None else args.cameras
+        cameras = tuple(CameraSpec(name, size, size) for name in names.split(",") if name)
         env = TaskEnv(args.task, args.scenario, cameras=cameras, clock=WallClock() if args.realtime else None)
         if abs(env.spec.control_rate_hz - args.fps) > 1e-9:
             env.close()
@@ -169,13 +171,16 @@ def _make_session(args: argparse.Namespace):
         raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
     if not args.port:
         raise UserError(f"--robot {args.robot} needs --port (see `robotrl devices`)")
+    from robotrl.hardware.lerobot_arm.cameras import parse_cameras
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
     from robotrl.hardware.safety import SafeRobot
     from robotrl.record.session import RobotSession
 
+    cameras = parse_cameras(args.cameras)
+    if not cameras:
+        print("record: no --cameras given: recording joints only (an image policy needs cameras)", flush=True)
     clock = WallClock()
-    robot = SafeRobot(
-        LerobotArm(args.robot, port=args.port, robot_id=args.robot_id, control_rate_hz=args.fps), clock=clock
-    )
+    arm = LerobotArm(args.robot, port=args.port, robot_id=args.robot_id, cameras=cameras, control_rate_hz=args.fps)
+    robot = SafeRobot(arm, clock=clock)
     robot.connect(watchdog_thread=True)
     return RobotSession(robot, args.task, clock)

@@ -2,7 +2,7 @@
 `run_learner`, which runs it (`robotrl learner`; `robotrl learn` writes one to a file
 for its learner child).
 
-Executors stream transitions to `loop.transitions_endpoint` (PULL); servers subscribe to
+Executors stream transitions to `loop.transitions_endpoint` (`wire.transitions`); servers subscribe to
 `weights` (PUB on that port, the latest-weights socket on port + 1). SIGINT/SIGTERM stop
 it with a final checkpoint; `resume` continues a run (also after kill -9) from
 `loop.out` and the buffer log.

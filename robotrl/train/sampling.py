@@ -5,9 +5,13 @@ Indices are absolute frame indices into the dataset; an episode spans
 numpy arrays (one entry per example) as well as on Python ints.
 
 - **VLASH offset** (docs/algorithms.md section 1): for an example at frame t and offset k,
-  the image is frame t, the state is frame t + k and the target chunk is actions
-  t + k .. t + k + H - 1. The offset is clipped so the state exists; chunk rows past
-  the episode end repeat the last action and are masked out of the loss.
+  the observation (image, privileged features) is frame t, the target chunk is actions
+  t + k .. t + k + H - 1, and the state the fast pathway conditions on is the one the
+  executor sends for a delay of k (`inference.chunking.conditioning_state`): the measured
+  state of frame t when k = 0, the recorded action of frame t + k - 1 (the target
+  commanded for the tick before the chunk) when k > 0. The offset is clipped so the chunk
+  starts inside the episode; chunk rows past the episode end repeat the last action and
+  are masked out of the loss.
 - **Delayed latent** (section 2): the slow latent is computed from frame t - j (clipped
   at the episode start); the fast pathway is told its age = state frame - latent frame.
 """
@@ -20,8 +24,25 @@ import numpy as np
 
 
 def offset_state_index(t, k, episode_end):
-    """State frame of an example at frame t with offset k: min(t + k, end - 1)."""
+    """Chunk start frame of an example at frame t with offset k: min(t + k, end - 1)."""
     return np.minimum(np.asarray(t) + np.asarray(k), np.asarray(episode_end) - 1)
+
+
+def conditioning_state_rows(states: np.ndarray, actions: np.ndarray, obs, start) -> np.ndarray:
+    """(B, S) conditioning states of examples observed at frames `obs` whose chunks start
+    at frames `start` >= `obs` (same episode): `states[obs]` where start == obs, else
+    `actions[start - 1]`. `states` (N, S) and `actions` (N, S) share a space (joint
+    positions, rad)."""
+    obs, start = np.asarray(obs), np.asarray(start)
+    forwarded = start > obs
+    if not forwarded.any():
+        return states[obs]
+    if states.shape[1:] != actions.shape[1:]:
+        raise ValueError(
+            f"offset augmentation conditions on recorded actions as states: state {states.shape[1:]} and "
+            f"action {actions.shape[1:]} must share a space (train with k_max = 0 otherwise)"
+        )
+    return np.where(forwarded[:, None], actions[np.maximum(start - 1, 0)], states[obs])
 
 
 def chunk_indices(state_index, horizon: int, episode_end) -> tuple[np.ndarray, np.ndarray]:
@@ -39,10 +60,12 @@ def delayed_frame_index(t, j, episode_start):
 
 @dataclass
 class ExampleIndices:
+    obs: np.ndarray
+    """(B,) frame t of the observation (fresh privileged features; images unless delayed)."""
     image: np.ndarray
     """(B,) frame of the images (and of the slow latent)."""
     state: np.ndarray
-    """(B,) frame of the proprioceptive state."""
+    """(B,) frame the chunk starts at, t + k (the state itself: `conditioning_state_rows`)."""
     chunk: np.ndarray
     """(B, H) frames of the target actions."""
     mask: np.ndarray
@@ -56,7 +79,7 @@ def example_indices(t, k, j, horizon: int, episode_start, episode_end) -> Exampl
     state = offset_state_index(t, k, episode_end)
     image = delayed_frame_index(t, j, episode_start)
     chunk, mask = chunk_indices(state, horizon, episode_end)
-    return ExampleIndices(np.asarray(image), np.asarray(state), chunk, mask, np.asarray(state - image))
+    return ExampleIndices(np.asarray(t), np.asarray(image), np.asarray(state), chunk, mask, np.asarray(state - image))
 
 
 def sample_examples(

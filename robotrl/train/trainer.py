@@ -27,7 +27,7 @@ from robotrl.policies.fastslow.policy import POLICY_TYPE, FastSlowPolicy
 from robotrl.policies.fastslow.vocab import Vocabulary
 from robotrl.record.dataset import FrameTable, load_frames
 from robotrl.train.loss import Batch, flow_matching_loss
-from robotrl.train.sampling import chunk_indices, sample_examples
+from robotrl.train.sampling import chunk_indices, conditioning_state_rows, sample_examples
 from robotrl.train.state import load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
@@ -182,12 +182,13 @@ class Trainer:
         )
         if resume_doc is None:
             self.config = policy_config(self.frames, cfg)
-        self.ee = None
-        if self.config.ee_features_arm:  # forward kinematics of every state, once
-            self.ee = torch.from_numpy(EndEffectorFeatures(self.config.ee_features_arm)(self.frames.states))
+        self.ee = self.ee_of_actions = None
+        if self.config.ee_features_arm:  # forward kinematics of every state and action, once
+            features = EndEffectorFeatures(self.config.ee_features_arm)
+            self.ee, self.ee_of_actions = (features(x) for x in (self.frames.states, self.frames.actions))
         if resume_doc is None:
             self.vocab = Vocabulary.build(self.frames.tasks)
-            self.normalizer = fit_normalizer(self.frames, self.config, None if self.ee is None else self.ee.numpy())
+            self.normalizer = fit_normalizer(self.frames, self.config, self.ee)
         self.tokens = torch.from_numpy(self.vocab.encode_many(self.frames.tasks, self.config.max_words))
         self.model = FastSlowModel(self.config, len(self.vocab))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -228,20 +229,24 @@ class Trainer:
         env_state = None
         if c.use_env_state:
             assert f.env_states is not None  # frames are loaded (or checked) with env states for such a config
-            env_state = torch.from_numpy(f.env_states[idx.state])
+            env_state = torch.from_numpy(f.env_states[idx.obs])  # observed at t, like the images
+        state = conditioning_state_rows(f.states, f.actions, idx.obs, idx.state)
+        ee = None
+        if self.ee is not None and self.ee_of_actions is not None:  # the same rule on the features
+            ee = torch.from_numpy(conditioning_state_rows(self.ee, self.ee_of_actions, idx.obs, idx.state))
         prefix = None
         if cfg.rtc_train:
             prefix = torch.from_numpy(self.rng.integers(0, min(cfg.rtc_max_prefix, c.horizon - 1) + 1, cfg.batch_size))
         return Batch(
             images=images,
             tokens=self.tokens[f.task_ids[idx.image]],
-            state=torch.from_numpy(f.states[idx.state]),
+            state=torch.from_numpy(state),
             chunk=torch.from_numpy(f.actions[idx.chunk]),
             mask=torch.from_numpy(idx.mask),
             age=torch.from_numpy(idx.age),
             env_state=env_state,
             prefix_rows=prefix,
-            ee=None if self.ee is None else self.ee[torch.from_numpy(idx.state)],
+            ee=ee,
         )
 
     def _shift(self, images: torch.Tensor) -> torch.Tensor:

@@ -85,8 +85,10 @@ class ChunkReply(_Message, tag="chunk"):
 class ErrorReply(_Message, tag="error"):
     """The server could not answer `request_id` (-1 when no request is concerned).
 
-    `code` is one of: "protocol" (undecodable message), "hello_required" (say hello
-    first; clients do this by themselves), "server" (the model failed)."""
+    `code` is one of: "protocol" (undecodable message, or a type this socket does not
+    take), "hello_required" (say hello first; clients do this by themselves),
+    "wrong_robot_id" (this connection does not own that robot id), "bad_request" (it does
+    not fit the served policy), "server" (the model failed), "none_newer" (no newer weights)."""
 
     request_id: int
     code: str
@@ -122,7 +124,8 @@ class WeightsAnnouncement(_Message, tag="weights"):
     version: int
     safetensors: bytes
     protocol_version: int = PROTOCOL_VERSION
-    """The sender's protocol (the one-way channels have no hello): another is refused."""
+    """The sender's protocol, checked on top of the hello (weights on the PUB stream have
+    no hello): another is refused."""
 
 
 class WeightsRequest(_Message, tag="weights_request"):
@@ -164,7 +167,8 @@ class TransitionBatch(_Message, tag="transitions"):
     episode_done: bool = False
     success: bool = False
     protocol_version: int = PROTOCOL_VERSION
-    """The sender's protocol (the one-way channels have no hello): another is refused."""
+    """The sender's protocol, checked on top of the hello (weights on the PUB stream have
+    no hello): another is refused."""
 
 
 Message = (

@@ -47,8 +47,10 @@ def test_local_source_delivers_after_the_injected_delay():
     assert drawn[0]._pending[0][0] == drawn[1]._pending[0][0]  # same seed, same draw
 
 
-@pytest.mark.parametrize("delay", [0, H // 2, H - 1])
+@pytest.mark.parametrize("delay", [1, H // 2, H - 1])
 def test_vlash_boundaries_stay_within_the_safety_step(env, delay):
+    # (d >= 1: the chunk starts from a_(t+d-1). At d = 0 vlash conditions on the measured
+    # state, exactly as naive does: test_at_delay_0_vlash_conditions_exactly_as_naive)
     limit = step_limit_rad(env.robot)  # SO-101 at 30 Hz: 3 rad/s / 30 = 0.1 rad (gripper 5/30)
     for seed in SEEDS:
         ep = run_stepped_episode(env, seed, "vlash", delay, H)
@@ -116,6 +118,42 @@ def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
         np.testing.assert_allclose(obs.prefix_rad, rows)
         # s_hat = a_(t+d-1): the previous plan's row just before the new chunk
         np.testing.assert_allclose(obs.state_rad, previous.actions_rad[start - 1 - previous.start_tick])
+
+
+def test_at_delay_0_vlash_conditions_exactly_as_naive(env):
+    """d = 0: vlash sends the policy the measured state, as naive does (not the last target
+    sent, which a position-servoed arm has not reached). A constant chunk makes naive's
+    blending a no-op, so both runs execute the same targets and see the same states."""
+    target = None
+
+    class Constant:
+        def __init__(self) -> None:
+            self.seen: list[PolicyObservation] = []
+
+        def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+            self.seen.append(obs)
+            return ActionChunk(np.repeat(target[None], H, axis=0), obs.tick + obs.delay_ticks)
+
+    runs = {}
+    for mode in ("naive", "vlash"):
+        env.reset(0)
+        target = env.robot.read().q_rad + 0.2  # far enough that the arm lags it for many ticks
+        policy = Constant()
+        executor = Executor(env.robot, LocalChunkSource(policy, 0), H, ExecutorConfig(mode))
+        runner = EpisodeRunner(env.robot, env, executor, env.clock)
+        runner.begin(0)
+        measured = {}
+        for _ in range(40):
+            measured[env.tick] = env.robot.read().q_rad
+            runner.tick()
+        runs[mode] = (policy.seen, measured)
+    (naive, measured), (vlash, _) = runs["naive"], runs["vlash"]
+    assert len(naive) == len(vlash) >= 4
+    for a, b in zip(naive, vlash):
+        assert a.tick == b.tick and a.delay_ticks == b.delay_ticks == 0
+        np.testing.assert_allclose(a.state_rad, b.state_rad, atol=1e-12)  # (blending C with C: rounding)
+        np.testing.assert_allclose(b.state_rad, measured[b.tick])  # the measured joints
+    assert np.abs(vlash[-1].state_rad - target).max() > 0.01  # the arm lags: the target would differ
 
 
 class BlockedArm:

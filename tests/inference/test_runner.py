@@ -82,3 +82,18 @@ def test_a_tick_is_scored_on_the_physics_it_produced():
         assert env.sim.q_true_rad[0] > 0.001  # the arm has started toward the target
     finally:
         env.close()
+
+
+def test_open_arm_refuses_a_policy_of_another_control_rate_and_sim_cameras():
+    import pytest
+
+    from robotrl.core.errors import ConfigError, UserError
+
+    with pytest.raises(UserError, match="trained at 15 Hz and the arm runs at 30 Hz"):
+        open_arm(ArmConfig("sim", "reach", "nominal"), {"control_rate_hz": 15.0, "cameras": []}, stepped=True)
+    with pytest.raises(UserError, match="--cameras is for real arms"):
+        ArmConfig("sim", cameras="{front: {type: opencv, index_or_path: 0, width: 64, height: 48, fps: 30}}")
+    with pytest.raises(ConfigError, match="camera 'front': set width, height, fps"):
+        ArmConfig("so101", port="/dev/ttyACM0", cameras="{front: {type: opencv, index_or_path: 0}}")
+    with pytest.raises(UserError, match="privileged simulation state"):
+        open_arm(ArmConfig("so101", port="/dev/ttyACM0"), {"env_state_dim": 3})

@@ -20,6 +20,7 @@ from robotrl.record.dataset import load_frames
 from robotrl.record.writer import DatasetWriter
 from robotrl.train.sampling import (
     chunk_indices,
+    conditioning_state_rows,
     delayed_frame_index,
     example_indices,
     offset_state_index,
@@ -64,6 +65,33 @@ def test_offset_indices_golden():
     assert offset_state_index(12, 0, 20) == 12
 
 
+def test_conditioning_state_is_the_measured_state_at_k_0_and_the_previous_action_after():
+    # frames 0..4 of one episode: measured states lag the commanded actions by 0.05
+    actions = np.array([[0.1], [0.2], [0.3], [0.4], [0.5]], np.float32)
+    states = actions - 0.05
+    obs, start = np.array([1, 1, 1, 3]), np.array([1, 2, 4, 3])  # k = 0, 1, 3, 0
+    rows = conditioning_state_rows(states, actions, obs, start)
+    # k = 0: measured state of frame 1 (0.15); k = 1: a_1 = 0.2; k = 3: a_3 = 0.4; k = 0: 0.35
+    np.testing.assert_allclose(rows[:, 0], [0.15, 0.2, 0.4, 0.35], atol=1e-7)
+    with pytest.raises(ValueError, match="share a space"):
+        conditioning_state_rows(np.zeros((5, 3)), np.zeros((5, 2)), obs, start)
+    assert conditioning_state_rows(np.zeros((5, 3)), np.zeros((5, 2)), obs, obs).shape == (4, 3)  # k = 0: fine
+
+
+def test_training_and_the_executor_condition_on_the_same_state():
+    """The stepped executor's request for delay d and the training example with k = d on the
+    same (recorded) trajectory condition on the same numbers."""
+    from robotrl.inference.chunking import conditioning_state
+
+    actions = np.array([[0.1, 1.0], [0.2, 1.1], [0.3, 1.2], [0.4, 1.3], [0.5, 1.4]])
+    states = actions - 0.05  # the arm lags
+    for d in range(4):
+        t = 1  # the request tick; the last target sent was a_0, the plan for t.. is a_t..
+        inference = conditioning_state(states[t], actions[t - 1], actions[t:], d)
+        training = conditioning_state_rows(states, actions, np.array([t]), np.array([t + d]))[0]
+        np.testing.assert_allclose(inference, training)
+
+
 def test_delayed_frame_indices_golden():
     # Episode starts at frame 10. t = 16, j = 4 -> frame 12; j = 9 -> 7, clipped to 10.
     assert delayed_frame_index(16, 4, 10) == 12
@@ -74,7 +102,7 @@ def test_delayed_frame_indices_golden():
     ex = example_indices(
         np.array([16, 11]), np.array([2, 0]), np.array([4, 3]), 3, np.array([10, 10]), np.array([20, 20])
     )
-    assert ex.image.tolist() == [12, 10]  # 11 - 3 = 8 -> clipped to the start 10
+    assert ex.obs.tolist() == [16, 11] and ex.image.tolist() == [12, 10]  # 11 - 3 = 8 -> clipped to the start 10
     assert ex.state.tolist() == [18, 11]
     assert ex.age.tolist() == [6, 1]  # 18 - 12, 11 - 10
     assert ex.chunk.tolist() == [[18, 19, 19], [11, 12, 13]]

@@ -1,0 +1,153 @@
+"""A real arm's cameras through lerobot's own camera classes: the `--cameras` map, frames in
+`read()`, a camera that stops, and `robotrl deploy --robot so101` of an image policy with the
+real lerobot driver on a simulated Feetech bus (pseudo-terminal) and lerobot's ZMQ camera."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import zmq
+from test_lerobot_arm import FAKE_RANGES, FakeServoBus, write_calibration
+
+from robotrl.core.errors import ConfigError, DeviceNotConnected
+from robotrl.hardware.lerobot_arm.cameras import parse_cameras
+from robotrl.hardware.lerobot_arm.robot import LerobotArm
+
+
+class FramePublisher:
+    """Publishes a flat grey (h, w) frame `value` at `fps` in the message format of lerobot's
+    ZMQ image server (`lerobot.cameras.zmq.image_server`), until `stop()`."""
+
+    def __init__(self, name: str, h: int, w: int, value: int = 90, fps: float = 60.0) -> None:
+        self.name, self.value, self.period_s = name, value, 1.0 / fps
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.PUB)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self.port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self._frame = np.full((h, w, 3), value, np.uint8)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def camera_map(self, name: str | None = None, **fields) -> str:
+        config = {"type": "zmq", "server_address": "127.0.0.1", "port": self.port, "camera_name": self.name}
+        config.update({"width": self._frame.shape[1], "height": self._frame.shape[0], "fps": 30, **fields})
+        return json.dumps({name or self.name: config})
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ok, jpeg = cv2.imencode(".jpg", self._frame)
+            assert ok
+            message = {"timestamps": {self.name: time.time()}, "images": {self.name: base64.b64encode(jpeg).decode()}}
+            self._sock.send_string(json.dumps(message))
+            time.sleep(self.period_s)
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._sock.close(linger=0)
+        self._ctx.term()
+
+
+@pytest.fixture
+def publisher():
+    pub = FramePublisher("front", 24, 32)
+    yield pub
+    pub.stop()
+
+
+@pytest.fixture
+def fake_bus():
+    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
+    bus = FakeServoBus(FAKE_RANGES)
+    yield bus
+    bus.close()
+
+
+def test_the_cameras_map_is_lerobots_and_bad_ones_get_one_line():
+    cameras = parse_cameras(
+        "{front: {type: opencv, index_or_path: 0, width: 640, height: 480, fps: 30},"
+        " wrist: {type: zmq, server_address: 10.0.0.2, port: 5600, width: 320, height: 240, fps: 30}}"
+    )
+    assert type(cameras["front"]).__name__ == "OpenCVCameraConfig" and cameras["front"].index_or_path == 0
+    assert (cameras["front"].width, cameras["front"].height, cameras["front"].fps) == (640, 480, 30)
+    assert type(cameras["wrist"]).__name__ == "ZMQCameraConfig" and cameras["wrist"].port == 5600
+    assert parse_cameras("") == {} and parse_cameras(None) == {}
+    for text, problem in [
+        ("front", "must map camera names"),
+        ("{front: [1, 2]", "not a YAML/JSON map"),
+        ("{front: {index_or_path: 0}}", "give a map with a type"),
+        ("{front: {type: webcam, width: 1, height: 1, fps: 1}}", "unknown type 'webcam'; lerobot knows"),
+        ("{front: {type: opencv, index_or_path: 0, width: 640, height: 480}}", "camera 'front': set fps"),
+        (
+            "{front: {type: opencv, index_or_path: 0, width: 640, height: 480, fps: 30, zoom: 2}}",
+            "'front' \\(opencv\\): .*'zoom'",
+        ),
+    ]:
+        with pytest.raises(ConfigError, match=problem):
+            parse_cameras(text)
+
+
+def test_read_returns_lerobot_camera_frames_and_a_stalled_camera_holds_the_arm(fake_bus, publisher, tmp_path):
+    write_calibration(tmp_path, "fake", FAKE_RANGES)
+    arm = LerobotArm(
+        "so101",
+        port=fake_bus.port,
+        robot_id="fake",
+        calibration_dir=tmp_path,
+        cameras=parse_cameras(publisher.camera_map()),
+    )
+    assert [(c.name, c.height_px, c.width_px) for c in arm.spec.cameras] == [("front", 24, 32)]
+    arm.connect()
+    try:
+        state = arm.read()
+        assert state.images["front"].shape == (24, 32, 3) and state.images["front"].dtype == np.uint8
+        assert abs(float(state.images["front"].mean()) - publisher.value) < 3  # the grey frame, through JPEG
+        goal_before = [fake_bus.present(i) for i in range(1, 7)]
+        publisher.stop()  # the camera stops delivering: lerobot's frame ages past its limit
+        time.sleep(1.2)
+        with pytest.raises(DeviceNotConnected, match="stopped delivering.*the arm holds"):
+            arm.read()
+        assert [fake_bus.present(i) for i in range(1, 7)] == goal_before  # held where it was measured
+    finally:
+        arm.disconnect()
+
+
+def _deploy(args: list[str], calibration: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_LEROBOT_CALIBRATION": str(calibration), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", "deploy", *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_deploy_runs_an_image_policy_on_the_real_driver_with_lerobot_cameras(fake_bus, publisher, tmp_path, tiny_flow):
+    calibration = tmp_path / "calibration"
+    (calibration / "robots" / "so_follower").mkdir(parents=True)
+    write_calibration(calibration / "robots" / "so_follower", "fake", FAKE_RANGES)
+    policy_dir = tmp_path / "policy"
+    tiny_flow(cameras=("front",)).save(policy_dir)
+    common = ["--robot", "so101", "--port", fake_bus.port, "--robot-id", "fake", "--policy", str(policy_dir)]
+    ran = _deploy([*common, "--cameras", publisher.camera_map(), "--episodes", "1", "--max-seconds", "1"], calibration)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    row = re.search(r"^0\s+(yes|no)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)$", ran.stdout, re.M)
+    assert row is not None, ran.stdout[-2000:]
+    ticks, pauses, versions = int(row[2]), int(row[4]), row[6]
+    assert ticks == 30 and pauses < ticks and versions == "0"  # 1 s at 30 Hz, driven by chunks of weights v0
+    t0 = time.monotonic()
+    wrong = _deploy([*common, "--cameras", publisher.camera_map(name="laptop")], calibration)
+    assert wrong.returncode == 2 and time.monotonic() - t0 < 60
+    assert "the policy reads cameras ['front']; --cameras gives laptop" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
