@@ -32,7 +32,7 @@ class TaskEnv:
     """One task, one scenario, one simulated arm behind `SafeRobot`.
 
     Args:
-        task: task name ("reach", "pick_place") or a `Task`.
+        task: task name ("reach", "pick_place", "track") or a `Task`.
         scenario: scenario name ("nominal", "shifted") or a `Scenario`.
         arm: simulated arm model.
         cameras: rendered cameras; () for state-only (fast) episodes.

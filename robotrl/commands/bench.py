@@ -64,9 +64,9 @@ def _transport_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _task_arguments(parser: argparse.ArgumentParser, *, scenario: bool) -> None:
-    parser.add_argument(
-        "--task", choices=("reach", "pick_place"), default="reach", help="simulated task (default: reach)"
-    )
+    from robotrl.sim.tasks import TASKS
+
+    parser.add_argument("--task", choices=tuple(TASKS), default="reach", help="simulated task (default: reach)")
     parser.add_argument("--episodes", type=int, default=50, help="episodes (seeds) per cell (default: 50)")
     if scenario:
         parser.add_argument("--scenario", default="nominal", help="nominal or shifted physics (default: nominal)")

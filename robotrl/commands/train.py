@@ -9,6 +9,7 @@ from pathlib import Path
 from robotrl.commands.flags import add_field
 from robotrl.core.errors import UserError
 from robotrl.policies.fastslow.config import ACTION_MODES, FastSlowConfig
+from robotrl.sim.tasks import TASKS
 from robotrl.train.trainer import TrainConfig
 
 
@@ -111,7 +112,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_field(parser, "--save-every", TrainConfig, "checkpoint period in steps")
     add_field(parser, "--eval-every", TrainConfig, "evaluation period in steps (0: at the end only)")
     add_field(parser, "--eval-episodes", TrainConfig, "simulated episodes per evaluation")
-    parser.add_argument("--task", choices=("reach", "pick_place"), help="simulated task for evaluation")
+    parser.add_argument("--task", choices=tuple(TASKS), help="simulated task for evaluation")
     parser.add_argument("--minutes", type=float, help="wall-time budget; stops and saves when reached")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
 

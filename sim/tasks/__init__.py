@@ -6,8 +6,9 @@ from robotrl.core.errors import ConfigError
 from robotrl.sim.tasks.base import Task
 from robotrl.sim.tasks.pick_place import PickPlaceTask
 from robotrl.sim.tasks.reach import ReachTask
+from robotrl.sim.tasks.track import TrackTask
 
-TASKS: dict[str, type] = {"reach": ReachTask, "pick_place": PickPlaceTask}
+TASKS: dict[str, type] = {"reach": ReachTask, "pick_place": PickPlaceTask, "track": TrackTask}
 
 
 def make_task(name: str) -> Task:

@@ -151,3 +151,40 @@ def test_deploy_runs_an_image_policy_on_the_real_driver_with_lerobot_cameras(fak
     assert wrong.returncode == 2 and time.monotonic() - t0 < 60
     assert "the policy reads cameras ['front']; --cameras gives laptop" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
+
+
+def test_record_from_a_leader_arm_stores_both_cameras_as_video_that_lerobot_loads(fake_bus, tmp_path):
+    """`robotrl record --robot so101 --teleop leader --cameras ...` (two lerobot ZMQ cameras):
+    the dataset has both cameras, every frame, in lerobot's own loader."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    leader = FakeServoBus(FAKE_RANGES)
+    front, wrist = FramePublisher("front", 24, 32, value=60), FramePublisher("wrist", 24, 32, value=200)
+    calibration = tmp_path / "calibration"
+    for folder, robot_id in (("robots/so_follower", "fake"), ("teleoperators/so_leader", "leader")):
+        (calibration / folder).mkdir(parents=True)
+        write_calibration(calibration / folder, robot_id, FAKE_RANGES)
+    cameras = json.dumps({**json.loads(front.camera_map()), **json.loads(wrist.camera_map())})
+    root = tmp_path / "ds"
+    env = {**os.environ, "HF_LEROBOT_CALIBRATION": str(calibration), "HF_HUB_OFFLINE": "1"}
+    args = ["--robot", "so101", "--port", fake_bus.port, "--robot-id", "fake", "--teleop", "leader"]
+    args += ["--leader-port", leader.port, "--cameras", cameras, "--episodes", "2", "--max-seconds", "1"]
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-m", "robotrl.cli", "record", *args, "--task", "stack", "--root", str(root)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        for device in (leader, front, wrist):
+            device.close() if device is leader else device.stop()
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ds = LeRobotDataset("local/ds", root=root)
+    assert ds.meta.total_episodes == 2 and ds.meta.total_frames == 60  # 2 x 1 s at 30 Hz
+    for cam, value in (("front", 60), ("wrist", 200)):
+        key = f"observation.images.{cam}"
+        assert ds.meta.features[key]["dtype"] == "video" and tuple(ds.meta.features[key]["shape"]) == (24, 32, 3)
+        frame = ds[45][key]  # (3, H, W) float in [0, 1], decoded from the episode's video
+        assert abs(float(frame.mean()) * 255 - value) < 6, (cam, float(frame.mean()) * 255)

@@ -12,7 +12,7 @@ SEEDS = range(50)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["reach", "pick_place"])
+@pytest.mark.parametrize("task", ["reach", "pick_place", "track"])
 def test_expert_success_rate_nominal(task, capsys):
     env = TaskEnv(task, "nominal", cameras=())
     try:
@@ -178,3 +178,40 @@ def test_pick_place_expert_grasps_again_a_cube_it_lost(scenario):
         assert "close" in phases[regrasp:] and phases[-1] in ("release", "retreat")
     finally:
         env.close()
+
+
+def test_track_ball_moves_smoothly_and_success_is_judged_on_the_last_two_seconds():
+    from robotrl.sim.tasks.track import TRACK_M, WINDOW_TICKS
+
+    env = TaskEnv("track", "nominal", cameras=())
+    try:
+        obs = env.reset(7)
+        task = env.task
+        expert = env.make_expert()
+        balls, states, within, successes = [], [], [], []
+        while True:
+            st = env.step(expert.act(obs.state.q_rad))
+            obs = st.obs
+            balls.append(task.ball_m(env.tick))
+            states.append(env.env_state())
+            within.append(st.info["distance_m"] < TRACK_M)
+            successes.append(st.success)
+            if st.done:
+                break
+        env.reset(7)
+        other = TaskEnv("track", "nominal", cameras=())
+        other.reset(7)
+        np.testing.assert_array_equal(env.env_state(), other.env_state())  # the seed fixes the path
+        other.reset(8)
+        assert not np.allclose(env.env_state(), other.env_state())
+        other.close()
+    finally:
+        env.close()
+    balls, states = np.array(balls), np.array(states)
+    assert len(balls) == task.max_ticks and successes[-1] and not any(successes[:-1])  # judged at the end only
+    speed = np.linalg.norm(np.diff(balls, axis=0), axis=1) * 30
+    assert 0.05 < speed.max() < 0.3  # it moves, at most about 0.2 m/s
+    # env_state is (position, velocity); the velocity matches the path's finite difference
+    np.testing.assert_allclose(states[:, :3], balls, atol=1e-6)
+    np.testing.assert_allclose(states[1:-1, 3:], (balls[2:] - balls[:-2]) * 15, atol=0.01)
+    assert np.mean(within[-WINDOW_TICKS:]) >= 0.8
