@@ -152,9 +152,10 @@ class TransitionStreamer:
         self.episode_id = -1
 
     def close(self) -> None:
-        """Close the connection, waiting up to `linger_s` for queued batches."""
-        self.sender.flush(self.linger_s)
-        self.sender.close()
+        """Close the connection, waiting up to `linger_s` for queued batches to be handed
+        to ZMQ and up to `linger_s` more for ZMQ to send them."""
+        self.sender.flush(self.linger_s)  # our queue into ZMQ's, then ZMQ's onto the wire
+        self.sender.close(linger_s=self.linger_s)
 
     def __enter__(self) -> TransitionStreamer:
         return self

@@ -151,10 +151,11 @@ class ClientSocket:
                 return reply
             log.debug("dropped a late %s", type(reply).__name__)
 
-    def close(self) -> None:
-        """Close the socket; pending messages are dropped."""
+    def close(self, linger_s: float = 0.0) -> None:
+        """Close the socket; messages not yet sent are dropped, or given up to `linger_s`
+        to go out."""
         if self._sock is not None:
-            self._sock.close(linger=0)
+            self._sock.close(linger=int(linger_s * 1000))
             self._sock = None
         self.ready = False
 

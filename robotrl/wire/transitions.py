@@ -57,6 +57,7 @@ class TransitionSender:
         self._lock = threading.Lock()
         self.sent_batches = self.dropped_batches = 0
         self._failure: ProtocolError | None = None
+        self._linger_s = 0.0
         self._logged_at_s: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"robotrl-transitions-{robot_id}", daemon=True)
@@ -94,10 +95,12 @@ class TransitionSender:
             time.sleep(0.005)
         return not self._queue
 
-    def close(self) -> None:
-        """Stop the thread and close the connection (queued batches are dropped: `flush` first)."""
+    def close(self, linger_s: float = 0.0) -> None:
+        """Stop the thread and close the connection; batches still queued here are dropped
+        (`flush` first), those already handed to ZMQ get up to `linger_s` to go out."""
+        self._linger_s = linger_s
         self._stop.set()
-        self._thread.join(timeout=2.0)
+        self._thread.join(timeout=2.0 + linger_s)
 
     def _run(self) -> None:
         try:
@@ -107,7 +110,7 @@ class TransitionSender:
             log.error("robot %r: the learner at %s refused this robot: %s", self.robot_id, self.endpoint, exc)
             self._failure = exc
         finally:
-            self._client.close()
+            self._client.close(self._linger_s)
 
     def _pump(self) -> None:
         """Send what is queued while connected, then wait briefly for the learner (driving
