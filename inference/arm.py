@@ -28,7 +28,7 @@ class ArmConfig:
     robot: str = "sim"
     """sim (MuJoCo SO-101), so101 or so100 (a real arm through lerobot)."""
     task: str = "reach"
-    """sim: the task (reach, pick_place); a real arm: the instruction."""
+    """sim: the task (reach, pick_place, track); a real arm: the instruction."""
     scenario: str = "shifted"
     """sim: nominal or shifted physics."""
     port: str | None = None

@@ -30,7 +30,7 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task",
         default=field_default(ArmConfig, "task"),
-        help="sim: task name (reach, pick_place); real arm: the instruction",
+        help="sim: task name (reach, pick_place, track); real arm: the instruction",
     )
     parser.add_argument(
         "--scenario",

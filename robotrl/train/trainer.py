@@ -79,7 +79,7 @@ class TrainConfig:
     eval_episodes: int = 0
     """Episodes per evaluation (0: no evaluation)."""
     task: str | None = None
-    """Simulated task for evaluation (reach, pick_place)."""
+    """Simulated task for evaluation (reach, pick_place, track)."""
     time_budget_s: float | None = None
     """Stop (and save) after this much wall time of training, whatever `steps` says; the
     learning rate then decays on whichever runs out first (not bitwise resumable)."""
