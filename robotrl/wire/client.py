@@ -25,7 +25,7 @@ from robotrl.wire.messages import (
     Message,
     ObservationRequest,
 )
-from robotrl.wire.transport import _ms, send_frames
+from robotrl.wire.transport import MAX_MESSAGE_BYTES, _ms, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,9 @@ class ClientSocket:
     is True once the server has answered. ZMQ itself retries the TCP connection every
     `reconnect_ivl_ms`, backing off to `reconnect_ivl_max_ms`.
 
-    `jpeg_quality` (1-100 or None): send uint8 (H, W, 3) images as JPEG. Use it from one
+    `jpeg_quality` (1-100 or None): send uint8 (H, W, 3) images as JPEG.
+    `max_message_bytes`: a larger message from the server drops the connection before it is
+    buffered (ZMQ_MAXMSGSIZE; None: no limit, for the weights, whose size is the model's). Use it from one
     thread only. Timing of the last call for latency reports: `last_encode_ns` (send),
     `last_decode_ns` (poll), `last_sent_bytes` (send, all frames).
     """
@@ -66,6 +68,7 @@ class ClientSocket:
         reconnect_ivl_ms: int = 100,
         reconnect_ivl_max_ms: int = 2000,
         jpeg_quality: int | None = None,
+        max_message_bytes: int | None = MAX_MESSAGE_BYTES,
     ) -> None:
         if heartbeat_s <= 0 or missed_heartbeats < 1:
             raise ValueError(f"heartbeat_s={heartbeat_s}, missed_heartbeats={missed_heartbeats}: both must be positive")
@@ -78,6 +81,7 @@ class ClientSocket:
         self.reconnect_ivl_ms = reconnect_ivl_ms
         self.reconnect_ivl_max_ms = reconnect_ivl_max_ms
         self.jpeg_quality = jpeg_quality
+        self.max_message_bytes = max_message_bytes
         self._curve = (
             None if curve is None else (*load_keypair(curve.secret_file), load_public_key(curve.server_public_file))
         )
@@ -194,6 +198,8 @@ class ClientSocket:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, self.reconnect_ivl_ms)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, self.reconnect_ivl_max_ms)
+        if self.max_message_bytes is not None:  # a larger reply drops the connection unread
+            sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         if self._curve is not None:
             sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = self._curve
         sock.connect(self.endpoint)

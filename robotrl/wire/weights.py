@@ -253,7 +253,7 @@ class WeightSubscriber:
         if self.curve is not None:
             curve_client(sub, self.curve)
         sub.connect(self.pub_endpoint)
-        latest = ClientSocket(self.latest_endpoint, role="server", curve=self.curve)
+        latest = ClientSocket(self.latest_endpoint, role="server", curve=self.curve, max_message_bytes=None)
         next_ask = 0.0  # monotonic s of the next "anything newer?" request
         lost_logged = False
         try:

@@ -122,6 +122,34 @@ def test_a_peer_sending_garbage_is_quarantined_and_the_others_are_served(monkeyp
     )  # (30 + any heartbeat) and after.request_id == 2
 
 
+def test_a_client_never_buffers_a_reply_over_its_size_limit():
+    ctx = zmq.Context.instance()
+    server = ctx.socket(zmq.ROUTER)
+    server.setsockopt(zmq.LINGER, 0)
+    endpoint = f"tcp://127.0.0.1:{server.bind_to_random_port('tcp://127.0.0.1')}"
+    big = ChunkReply(request_id=1, start_tick=0, version=0, actions=np.zeros((2 * 1024 * 1024 // 4, 1), np.float32))
+    small = ChunkReply(request_id=2, start_tick=0, version=0, actions=np.zeros((4, 1), np.float32))
+    try:
+        with ClientSocket(endpoint, robot_id="arm", max_message_bytes=1024 * 1024, heartbeat_s=5.0) as client:
+            client._open()
+            assert server.poll(5000)
+            identity, _ = server.recv_multipart()  # the hello
+            server.send_multipart([identity, *codec.encode(HelloReply(ok=True, protocol_version=PROTOCOL_VERSION))])
+            assert client.poll(2.0) is None and client.ready
+            server.send_multipart([identity, *codec.encode(big)])  # 2 MB: the client drops the connection
+            assert client.poll(0.5) is None
+            with ClientSocket(endpoint, robot_id="arm2", heartbeat_s=5.0) as unlimited:  # the default is 16 MiB
+                unlimited._open()
+                assert server.poll(5000)
+                other, _ = server.recv_multipart()
+                server.send_multipart([other, *codec.encode(big)])
+                server.send_multipart([other, *codec.encode(small)])
+                got = [unlimited.poll(2.0), unlimited.poll(2.0)]
+    finally:
+        server.close(linger=0)
+    assert [m.request_id for m in got] == [1, 2]
+
+
 def test_timeouts_fire_within_the_deadline():
     srv = EchoServer(mute=True)
     try:
