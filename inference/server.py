@@ -41,6 +41,7 @@ from robotrl.core.policy import (
     ReloadablePolicy,
     SlowFastPolicy,
 )
+from robotrl.core.ratelimit import LogLimiter
 from robotrl.inference.chunking import forward_state
 from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
@@ -56,7 +57,6 @@ RECEIVE_PER_LOOP = 64
 """Messages the I/O thread takes in before it sends the replies waiting."""
 HEALTH_WINDOW_S = 10.0
 """Window of the batches-per-second figure in `health()`."""
-ERRORS_LOGGED_EVERY_S = 5.0
 """After the first error of a kind, one log line per this many."""
 
 
@@ -153,7 +153,7 @@ class PolicyServer:
         self.refused = 0
         """Malformed requests answered with an error."""
         self._batch_times: collections.deque[float] = collections.deque(maxlen=10_000)  # monotonic s per batch
-        self._logged_at_s: dict[str, float] = {}  # error kind -> when it was last logged
+        self._log_limiter = LogLimiter()
         self._socket: ServerSocket | None = None  # the I/O thread's, once bound
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -391,15 +391,12 @@ class PolicyServer:
 
     def _note_error(self, kind: str, exc: BaseException, *, traceback: bool = True) -> None:
         """Count an error of `kind`; log the first one (with its traceback when asked) and
-        then at most one line per `ERRORS_LOGGED_EVERY_S` per kind, with the count, so a
-        flood makes few lines."""
-        now = time.monotonic()
+        then at most one line per `LOG_EVERY_S` per kind, with the count, so a flood makes
+        few lines."""
         with self._lock:
             self.errors[kind] = count = self.errors.get(kind, 0) + 1
             self.last_error = f"{kind}: {exc}"
-            due = now - self._logged_at_s.get(kind, -1e9) >= ERRORS_LOGGED_EVERY_S
-            if due:
-                self._logged_at_s[kind] = now
+            due = self._log_limiter.due(kind)
         if due:
             log.warning("%s (%d so far): %s", kind, count, exc, exc_info=exc if traceback and count == 1 else None)
 

@@ -14,6 +14,25 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture
+def curve_folders(tmp_path):
+    """CURVE keys of a learner and two clients: (learner, allowed, stranger) folders. The
+    learner's holds server.key_secret and allowed_clients/ with the allowed client's key;
+    each client's holds client.key_secret and the learner's server.key."""
+    import shutil
+
+    from robotrl.wire.keys import write_keypair
+
+    learner, allowed, stranger = tmp_path / "learner", tmp_path / "allowed", tmp_path / "stranger"
+    server_public, _ = write_keypair(learner, "server")
+    for folder in (allowed, stranger):
+        write_keypair(folder, "client")
+        shutil.copy(server_public, folder / "server.key")
+    (learner / "allowed_clients").mkdir()
+    shutil.copy(allowed / "client.key", learner / "allowed_clients" / "allowed.key")
+    return learner, allowed, stranger
+
+
+@pytest.fixture
 def so101_sim():
     """A connected state-only SO-101 `SimRobot` on its own `SimClock`, at home, t = 0."""
     from robotrl.hardware.sim_arm.robot import SimRobot

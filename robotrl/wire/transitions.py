@@ -11,7 +11,7 @@ Learner side, `TransitionInbox`: a `ServerSocket` served by its own thread, so h
 and heartbeats are answered while the learner is busy with a long update or a
 checkpoint. A batch from a connection that does not own its robot id, of another
 protocol version, or that is not a `TransitionBatch` is refused (counted per kind, logged
-at most once per `LOG_EVERY_S` per kind); good batches are handed over in arrival order.
+at most once per `core.ratelimit.LOG_EVERY_S` per kind); good batches are handed over in arrival order.
 
 Never blocks the robot's control loop: `TransitionSender.send` only queues.
 """
@@ -25,6 +25,7 @@ import time
 from collections import deque
 
 from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, VersionMismatch, WrongRobotId
+from robotrl.core.ratelimit import LogLimiter
 from robotrl.wire.client import ClientSocket
 from robotrl.wire.keys import ClientKeys, ServerKeys
 from robotrl.wire.messages import PROTOCOL_VERSION, ErrorReply, TransitionBatch
@@ -32,8 +33,6 @@ from robotrl.wire.transport import MAX_MESSAGE_BYTES, ServerSocket
 
 log = logging.getLogger(__name__)
 
-LOG_EVERY_S = 5.0
-"""Shortest interval between two log lines of one kind of trouble (the rest are counted)."""
 POLL_S = 0.05
 """Longest wait of the inbox thread before it looks at its stop flag."""
 
@@ -58,7 +57,7 @@ class TransitionSender:
         self.sent_batches = self.dropped_batches = 0
         self._failure: ProtocolError | None = None
         self._linger_s = 0.0
-        self._logged_at_s: dict[str, float] = {}
+        self._log_limiter = LogLimiter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"robotrl-transitions-{robot_id}", daemon=True)
         self._thread.start()
@@ -121,7 +120,7 @@ class TransitionSender:
                 with self._lock:
                     self._queue.popleft()
                 self.sent_batches += 1
-            reply = self._client.poll(0.002 if self._queue else POLL_S)
+            reply = self._client.poll(0.002 if self._queue and self._client.ready else POLL_S)
             if isinstance(reply, ErrorReply):
                 self._warn(reply.code, f"learner at {self.endpoint} refused a batch: {reply.code}: {reply.message}")
         except PeerLost as exc:
@@ -130,9 +129,7 @@ class TransitionSender:
             pass  # ZMQ's queue is full: the batch stays in ours
 
     def _warn(self, kind: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._logged_at_s.get(kind, -1e9) >= LOG_EVERY_S:
-            self._logged_at_s[kind] = now
+        if self._log_limiter.due(kind):
             log.warning("robot %r: %s", self.robot_id, message)
 
 
@@ -161,14 +158,10 @@ class TransitionInbox:
         self._batches: queue.Queue[TransitionBatch] = queue.Queue(maxsize=capacity)
         self.received = 0
         self.refused: dict[str, int] = {}
-        self._logged_at_s: dict[str, float] = {}
+        self._log_limiter = LogLimiter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="robotrl-transitions-in", daemon=True)
         self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
     def take(self, timeout_s: float, max_batches: int) -> list[TransitionBatch]:
         """Up to `max_batches` batches in arrival order, waiting at most `timeout_s` for
@@ -235,7 +228,5 @@ class TransitionInbox:
 
     def _refuse(self, kind: str, message: str) -> None:
         self.refused[kind] = count = self.refused.get(kind, 0) + 1
-        now = time.monotonic()
-        if now - self._logged_at_s.get(kind, -1e9) >= LOG_EVERY_S:
-            self._logged_at_s[kind] = now
+        if self._log_limiter.due(kind):
             log.error("transitions refused (%s, %d so far): %s", kind, count, message)

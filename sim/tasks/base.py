@@ -22,6 +22,21 @@ def sim_data(robot: SimRobot) -> mujoco.MjData:
     return robot.data
 
 
+def add_ball(spec: mujoco.MjSpec, name: str, pos_m: list[float]) -> None:
+    """A red 15 mm ball on mocap body `name` at `pos_m`: the task moves it, nothing collides."""
+    body = spec.worldbody.add_body(name=name, mocap=True, pos=pos_m)
+    body.add_geom(
+        type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.015, 0, 0], rgba=[0.9, 0.1, 0.1, 1], contype=0, conaffinity=0
+    )
+
+
+def place_mocap(robot: SimRobot, mocap_id: int, pos_m: np.ndarray) -> None:
+    """Move mocap body `mocap_id` to `pos_m` (metres) and update the derived physics state."""
+    data = sim_data(robot)
+    data.mocap_pos[mocap_id] = pos_m
+    mujoco.mj_forward(robot.model, data)
+
+
 @dataclass
 class Evaluation:
     reward: float

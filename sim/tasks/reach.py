@@ -12,7 +12,7 @@ import numpy as np
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.sim_arm.robot import SimRobot
 from robotrl.sim.experts import CartesianMover
-from robotrl.sim.tasks.base import Evaluation, sim_data
+from robotrl.sim.tasks.base import Evaluation, add_ball, place_mocap
 
 TOUCH_M = 0.02
 TARGET_LOW_M = np.array([0.16, -0.15, 0.04])
@@ -35,10 +35,7 @@ class ReachTask:
         self._kin: Kinematics | None = None
 
     def build(self, spec: mujoco.MjSpec) -> None:
-        body = spec.worldbody.add_body(name="reach_target", mocap=True, pos=[0.25, 0, 0.1])
-        body.add_geom(
-            type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.015, 0, 0], rgba=[0.9, 0.1, 0.1, 1], contype=0, conaffinity=0
-        )
+        add_ball(spec, "reach_target", [0.25, 0, 0.1])
 
     def reset(self, robot: SimRobot, rng: np.random.Generator) -> str:
         self._mocap = robot.model.body("reach_target").mocapid[0]
@@ -75,9 +72,7 @@ class ReachTask:
         return ReachExpert(self, Kinematics(robot.arm), robot.spec.dt_s, noise_m)
 
     def _place(self, robot: SimRobot) -> None:
-        data = sim_data(robot)
-        data.mocap_pos[self._mocap] = self.target_m
-        mujoco.mj_forward(robot.model, data)
+        place_mocap(robot, self._mocap, self.target_m)
 
 
 class ReachExpert:

@@ -15,7 +15,7 @@ import numpy as np
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.sim_arm.robot import SimRobot
 from robotrl.sim.experts import CartesianMover
-from robotrl.sim.tasks.base import Evaluation, sim_data
+from robotrl.sim.tasks.base import Evaluation, add_ball, place_mocap
 
 TRACK_M = 0.02
 TRACK_FRACTION = 0.8
@@ -48,10 +48,7 @@ class TrackTask:
         self._kin: Kinematics | None = None
 
     def build(self, spec: mujoco.MjSpec) -> None:
-        body = spec.worldbody.add_body(name="track_ball", mocap=True, pos=[0.23, 0, 0.1])
-        body.add_geom(
-            type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.015, 0, 0], rgba=[0.9, 0.1, 0.1, 1], contype=0, conaffinity=0
-        )
+        add_ball(spec, "track_ball", [0.23, 0, 0.1])
 
     def reset(self, robot: SimRobot, rng: np.random.Generator) -> str:
         self._mocap = robot.model.body("track_ball").mocapid[0]
@@ -99,9 +96,7 @@ class TrackTask:
         return TrackExpert(self, Kinematics(robot.arm), robot.spec.dt_s, noise_m)
 
     def _place(self, robot: SimRobot) -> None:
-        data = sim_data(robot)
-        data.mocap_pos[self._mocap] = self.ball_m(self.tick)
-        mujoco.mj_forward(robot.model, data)
+        place_mocap(robot, self._mocap, self.ball_m(self.tick))
 
 
 class TrackExpert:

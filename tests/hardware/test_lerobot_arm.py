@@ -264,14 +264,6 @@ def write_calibration(folder: Path, robot_id: str, ranges: dict[int, tuple[int, 
 
 
 @pytest.fixture
-def fake_bus():
-    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
-    bus = FakeServoBus(FAKE_RANGES)
-    yield bus
-    bus.close()
-
-
-@pytest.fixture
 def fake_arm(fake_bus: FakeServoBus, tmp_path: Path):
     write_calibration(tmp_path, "fake", FAKE_RANGES)
     arm = LerobotArm("so101", port=fake_bus.port, robot_id="fake", calibration_dir=tmp_path)

@@ -69,14 +69,6 @@ def publisher():
     pub.stop()
 
 
-@pytest.fixture
-def fake_bus():
-    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
-    bus = FakeServoBus(FAKE_RANGES)
-    yield bus
-    bus.close()
-
-
 def test_the_cameras_map_is_lerobots_and_bad_ones_get_one_line():
     cameras = parse_cameras(
         "{front: {type: opencv, index_or_path: 0, width: 640, height: 480, fps: 30},"

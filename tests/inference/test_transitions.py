@@ -153,19 +153,11 @@ def test_actor_episode_streams_what_was_executed_with_interventions(inbox):
     assert batches[-1].success == episode.success
 
 
-def test_encrypted_transitions_are_heard_only_from_allowed_keys(tmp_path):
+def test_encrypted_transitions_are_heard_only_from_allowed_keys(curve_folders):
     """A learner with keys takes batches from an allowed actor, never from a stranger."""
-    import shutil
+    from robotrl.wire.keys import client_keys, server_keys
 
-    from robotrl.wire.keys import client_keys, server_keys, write_keypair
-
-    learner, allowed, stranger = tmp_path / "learner", tmp_path / "allowed", tmp_path / "stranger"
-    server_public, _ = write_keypair(learner, "server")
-    for folder in (allowed, stranger):
-        write_keypair(folder, "client")
-        shutil.copy(server_public, folder / "server.key")
-    (learner / "allowed_clients").mkdir()
-    shutil.copy(allowed / "client.key", learner / "allowed_clients" / "allowed.key")
+    learner, allowed, stranger = curve_folders
     spec = TransitionSpec(state_dim=6, action_dim=6)
     with TransitionInbox("tcp://127.0.0.1:*", curve=server_keys(learner)) as inbox:
         for folder, robot in ((stranger, "stranger"), (allowed, "allowed")):

@@ -203,27 +203,10 @@ def test_server_refuses_weights_for_a_policy_that_cannot_load_them():
         PolicyServer(ValuePolicy(), ServerConfig(weights_from="localhost")).start()
 
 
-def keys_folders(tmp_path):
-    """A learner's keys folder (server.key_secret, allowed_clients/ with the allowed
-    client's key) and two client folders: one allowed, one not."""
-    import shutil
-
-    from robotrl.wire.keys import write_keypair
-
-    learner, allowed, stranger = tmp_path / "learner", tmp_path / "allowed", tmp_path / "stranger"
-    server_public, _ = write_keypair(learner, "server")
-    for folder in (allowed, stranger):
-        write_keypair(folder, "client")
-        shutil.copy(server_public, folder / "server.key")
-    (learner / "allowed_clients").mkdir()
-    shutil.copy(allowed / "client.key", learner / "allowed_clients" / "allowed.key")
-    return learner, allowed, stranger
-
-
-def test_encrypted_weights_reach_only_allowed_servers(tmp_path):
+def test_encrypted_weights_reach_only_allowed_servers(curve_folders):
     from robotrl.wire.keys import client_keys, server_keys
 
-    learner, allowed, stranger = keys_folders(tmp_path)
+    learner, allowed, stranger = curve_folders
     publisher = publisher_on_adjacent_ports(curve=server_keys(learner))
     got: dict[str, list[int]] = {"allowed": [], "stranger": []}
     subscribers = [
