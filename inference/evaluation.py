@@ -17,7 +17,7 @@ from collections import Counter
 
 import numpy as np
 
-from robotrl.core.policy import ChunkPolicy
+from robotrl.core.policy import ChunkPolicy, PolicyMetadata
 from robotrl.core.robot import CameraSpec
 from robotrl.inference.executor import Executor, ExecutorConfig, LocalChunkSource
 from robotrl.inference.runner import EpisodeResult, EpisodeRunner
@@ -84,6 +84,7 @@ def evaluate(
     times = np.array(times_s) * 1e3
     return {
         "policy_type": meta.policy_type,
+        "inputs": policy_inputs(meta),
         "task": task,
         "scenario": scenario,
         "episodes": episodes,
@@ -105,3 +106,9 @@ def evaluate(
         "latent_age_ticks": {str(k): v for k, v in sorted(ages.items())},
         "failed_seeds": [int(r.seed) for r in results if not r.success],
     }
+
+
+def policy_inputs(meta: PolicyMetadata) -> list[str]:
+    """What the policy reads, e.g. ["joints (6)", "camera front 64 px", "sim state (9): sim only"]."""
+    inputs = [f"joints ({meta.state_dim})"] + [f"camera {cam} {meta.image_size_px} px" for cam in meta.cameras]
+    return inputs + ([f"sim state ({meta.env_state_dim}): sim only"] if meta.env_state_dim else [])

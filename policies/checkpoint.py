@@ -20,6 +20,8 @@ from robotrl.core.errors import ConfigError
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 FORMAT_VERSION = 1
+JOINT_UNITS = "radians"
+"""robotrl checkpoints read and write URDF joint radians (datasets are converted on load)."""
 
 
 def code_version() -> str:
@@ -43,7 +45,13 @@ def write_checkpoint(path: Path, policy_type: str, tensors: dict[str, torch.Tens
     """Write weights and config.json into folder `path` (created); each file atomically."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    doc = {"policy_type": policy_type, "format_version": FORMAT_VERSION, "code_version": code_version(), **payload}
+    doc = {
+        "policy_type": policy_type,
+        "format_version": FORMAT_VERSION,
+        "code_version": code_version(),
+        "joint_units": JOINT_UNITS,
+        **payload,
+    }
     _atomic(path / WEIGHTS_FILE, lambda p: save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(p)))
     _atomic(path / CONFIG_FILE, lambda p: p.write_text(json.dumps(doc, indent=2)))
 
@@ -76,6 +84,8 @@ def read_checkpoint(path: Path, policy_type: str) -> tuple[dict, dict[str, torch
             f"checkpoint {path} has format version {doc['format_version']}; "
             f"this robotrl reads up to {FORMAT_VERSION}: upgrade robotrl"
         )
+    if doc.get("joint_units", JOINT_UNITS) != JOINT_UNITS:
+        raise ConfigError(f"checkpoint {path} is in {doc['joint_units']!r} joint units; robotrl reads {JOINT_UNITS}")
     weights = Path(path) / WEIGHTS_FILE
     if not weights.is_file():
         raise ConfigError(f"checkpoint {path} has no {WEIGHTS_FILE}")

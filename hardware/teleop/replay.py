@@ -1,10 +1,11 @@
 """`ReplayTeleop`: play back the actions of one recorded episode of a local LeRobotDataset.
 
-Rows come out in frame order, one per tick, as float64 joint targets in radians (robotrl
-records radians; for a dataset recorded by lerobot itself, in degrees and gripper 0..100,
-pass `units` to convert). The read that returns the last row raises `success`, so a
-recorder that keeps the frame of the ending tick records exactly the episode's length;
-reads after that hold the last row, still with `success`.
+Rows come out in frame order, one per tick, as float64 joint targets in radians, converted
+from the dataset's own convention (`convention.py`: radians, or lerobot's degrees and
+gripper 0..100 as `lerobot-record` and robotrl's real-arm recordings store them). The read
+that returns the last row raises `success`, so a recorder that keeps the frame of the
+ending tick records exactly the episode's length; reads after that hold the last row,
+still with `success`.
 lerobot is imported inside `connect()` only; nothing is downloaded (a local `root` only).
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from robotrl.core.errors import ConfigError, DeviceNotConnected
 from robotrl.core.robot import RobotState
-from robotrl.hardware.lerobot_arm.units import LerobotUnits, to_radians
+from robotrl.hardware.lerobot_arm.convention import dataset_convention
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
 
 log = logging.getLogger(__name__)
@@ -30,16 +31,12 @@ class ReplayTeleop:
         root: dataset folder (holding `meta/info.json`); its name is used as the repo id.
         episode: episode index in the dataset.
         action_key: feature holding the (J,) joint targets.
-        units: None when the rows are radians; lerobot's units to convert them otherwise.
     """
 
-    def __init__(
-        self, root: str | Path, episode: int, action_key: str = "action", *, units: LerobotUnits | None = None
-    ) -> None:
+    def __init__(self, root: str | Path, episode: int, action_key: str = "action") -> None:
         self.root = Path(root).expanduser()
         self.episode = int(episode)
         self.action_key = action_key
-        self.units = units
         self._rows: np.ndarray | None = None
         self._index = 0
 
@@ -69,6 +66,7 @@ class ReplayTeleop:
             raise ConfigError(
                 f"episode {self.episode} is out of range: {self.root} holds episodes 0..{meta.total_episodes - 1}"
             )
+        convention = dataset_convention(meta.features, meta.robot_type, (self.action_key,), f"dataset {self.root}")
         dataset = LeRobotDataset(repo_id=self.root.name, root=self.root, episodes=[self.episode])
         table = dataset.hf_dataset.with_format("numpy")
         keep = np.asarray(table["episode_index"]) == self.episode
@@ -76,7 +74,7 @@ class ReplayTeleop:
         rows = np.asarray(table[self.action_key], dtype=np.float64)[keep][order]
         if rows.ndim != 2 or len(rows) == 0:
             raise ConfigError(f"episode {self.episode} of {self.root} has no (T, J) {self.action_key!r} rows")
-        self._rows = to_radians(rows, self.units) if self.units is not None else rows
+        self._rows = convention.to_radians(rows)
         self._index = 0
         log.info("replaying %d rows of episode %d from %s", len(rows), self.episode, self.root)
 

@@ -2,8 +2,10 @@
 
 `LerobotChunkPolicy` wraps a lerobot `PreTrainedPolicy` with its pre-processor
 (rename, batch, normalise) and post-processor (unnormalise): `predict_chunk` returns the
-policy's `predict_action_chunk` as an (H, A) array in robot units (radians, as stored
-in the dataset's `action`), never normalised.
+policy's `predict_action_chunk` as an (H, A) array in radians, never normalised. A policy
+trained in lerobot's units (degrees, gripper 0..100: any `lerobot-record` or robotrl
+real-arm dataset) gets its state converted to them and its actions back to radians; the
+convention comes from its training dataset (`units.py`).
 
 Serving your own checkpoint: lerobot's trainer writes
 `outputs/train/<run>/checkpoints/<step>/pretrained_model/` with `config.json`,
@@ -36,6 +38,8 @@ import torch.nn.functional as F
 from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.core.seeds import tick_seed
+from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
+from robotrl.policies.lerobot_adapter.units import checkpoint_convention
 
 STATE_KEY = "observation.state"
 ENV_KEY = "observation.environment_state"
@@ -44,9 +48,19 @@ IMAGE_PREFIX = "observation.images."
 
 class LerobotChunkPolicy:
     def __init__(
-        self, policy, preprocessor, postprocessor, *, control_rate_hz: float = 30.0, seed: int = 0, version: int = 0
+        self,
+        policy,
+        preprocessor,
+        postprocessor,
+        *,
+        control_rate_hz: float = 30.0,
+        seed: int = 0,
+        version: int = 0,
+        joints: JointConvention | None = None,
     ) -> None:
+        """`joints`: the units the policy was trained in; None: radians."""
         self.policy = policy.eval()
+        self.joints = joints or JointConvention(RADIANS, "so101")
         self.config = policy.config
         self.preprocessor = preprocessor
         self.postprocessor = postprocessor
@@ -78,7 +92,8 @@ class LerobotChunkPolicy:
         config.device = "cpu"
         policy = get_policy_class(config.type).from_pretrained(str(path), config=config)
         pre, post = make_pre_post_processors(config, pretrained_path=str(path))
-        return cls(policy, pre, post, control_rate_hz=control_rate_hz, seed=seed)
+        joints = checkpoint_convention(path, pre)
+        return cls(policy, pre, post, control_rate_hz=control_rate_hz, seed=seed, joints=joints)
 
     @property
     def metadata(self) -> PolicyMetadata:
@@ -121,13 +136,14 @@ class LerobotChunkPolicy:
         actions = actions.detach().cpu().numpy().astype(np.float64)
         if actions.ndim == 3:
             actions = actions[0]
-        return ActionChunk(actions, obs.tick + obs.delay_ticks, self.version)
+        return ActionChunk(self.joints.to_radians(actions), obs.tick + obs.delay_ticks, self.version)
 
     def _frame(self, obs: PolicyObservation) -> dict:
         state = np.asarray(obs.state_rad, dtype=np.float32)
         if state.shape != (self._state_dim,):
             raise ValueError(f"state_rad has shape {state.shape}, expected ({self._state_dim},)")
-        frame: dict = {STATE_KEY: torch.from_numpy(state), "task": obs.instruction}
+        stored = self.joints.from_radians(state).astype(np.float32)
+        frame: dict = {STATE_KEY: torch.from_numpy(stored), "task": obs.instruction}
         for key in self._image_keys:
             cam = key[len(IMAGE_PREFIX) :]
             if cam not in obs.images:

@@ -7,6 +7,7 @@ def summary_rows(results: dict) -> list[tuple[str, object]]:
     r = results
     return [
         ("policy", r["policy_type"]),
+        ("inputs", ", ".join(r["inputs"])),
         ("task / scenario", f"{r['task']} / {r['scenario']}"),
         ("episodes (seeds)", f"{r['episodes']} ({r['seeds'][0]}..{r['seeds'][1]})"),
         (

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from robotrl.core.clock import WallClock
 from robotrl.core.robot import CameraSpec
+from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
 from robotrl.record.features import dataset_features
 from robotrl.record.run import RecordConfig, record_dataset
 from robotrl.record.writer import DatasetWriter
@@ -26,7 +27,8 @@ def measure(realtime: bool, episodes: int, task: str, image_px: int, root: Path)
     cameras = (CameraSpec("front", image_px, image_px), CameraSpec("wrist", image_px, image_px))
     env = TaskEnv(task, cameras=cameras, clock=WallClock() if realtime else None)
     fps = round(env.spec.control_rate_hz)
-    writer = DatasetWriter(root, dataset_features(env.spec, env.env_state_dim), fps=fps, robot_type="so101")
+    joints = JointConvention(RADIANS, env.spec.name)
+    writer = DatasetWriter(root, dataset_features(env.spec, joints, env.env_state_dim), fps, joints)
     try:
         s = record_dataset(env, ExpertTeleop(env), writer, RecordConfig(episodes, 0, env.task.max_ticks, True))
     finally:

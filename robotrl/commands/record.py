@@ -20,12 +20,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--teleop", default="expert", help=f"teleop device: {', '.join(TELEOPS)} (expert: sim only)")
     add_field(parser, "--episodes", RecordConfig, "episodes to save")
-    parser.add_argument("--root", type=Path, required=True, help="dataset folder (must not exist unless --resume)")
+    parser.add_argument(
+        "--root", type=Path, help="dataset folder (must not exist unless --resume); default $HF_LEROBOT_HOME/REPO_ID"
+    )
+    parser.add_argument("--repo-id", help="the dataset's hub id, user/name (default: local/<folder name>)")
+    parser.add_argument("--push-to-hub", action="store_true", help="upload the dataset to --repo-id when done")
+    parser.add_argument("--private", action="store_true", help="--push-to-hub: make the hub repository private")
     parser.add_argument("--resume", action="store_true", help="append to the dataset at --root")
     parser.add_argument("--fps", type=int, default=30, help="control and recording rate in Hz (default: 30)")
     add_field(parser, "--seed", RecordConfig, "sim: seed of the first episode")
     parser.add_argument(
-        "--max-seconds", type=float, default=20.0, help="longest episode in seconds (sim tasks end earlier)"
+        "--episode-time-s",
+        "--max-seconds",
+        dest="max_seconds",
+        type=float,
+        default=20.0,
+        help="longest episode in seconds (sim tasks end earlier; default: 20)",
+    )
+    parser.add_argument(
+        "--reset-time-s",
+        type=float,
+        default=0.0,
+        help="seconds between episodes to reset the scene, the teleop still driving the arm (default: 0)",
     )
     parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
@@ -52,7 +68,7 @@ def _add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="STD_RAD",
         help="DART: add a slowly varying offset (this std, radians) to every arm joint's target; "
-        "action.teleop keeps the clean target (default: 0 = off)",
+        "teleop.action keeps the clean target (default: 0 = off)",
     )
     parser.add_argument(
         "--perturb-ticks",
@@ -82,19 +98,39 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--episodes must be at least 1")
     if args.perturb < 0 or args.perturb_ticks <= 0:
         raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
+    args.root = dataset_root(args.root, args.repo_id, args.push_to_hub)
     session = _make_session(args)
     try:
-        summary, before, after = _record(args, session)
+        summary, before, after, writer = _record(args, session)
     finally:
         session.close()
     _report(args, summary, before, after)
+    if args.push_to_hub:
+        url = writer.push_to_hub(private=args.private)
+        print(f"pushed to {url}")
     return 0
+
+
+def dataset_root(root: Path | None, repo_id: str | None, push: bool) -> Path:
+    """--root, or lerobot's default folder of --repo-id; one line when neither is usable."""
+    if repo_id is not None and (repo_id.count("/") != 1 or not all(repo_id.split("/"))):
+        raise UserError(f"--repo-id must look like user/name, got {repo_id!r}")
+    if push and repo_id is None:
+        raise UserError("--push-to-hub needs --repo-id user/name")
+    if root is not None:
+        return root
+    if repo_id is None:
+        raise UserError("give --root FOLDER or --repo-id user/name")
+    from lerobot.utils.constants import HF_LEROBOT_HOME
+
+    return HF_LEROBOT_HOME / repo_id
 
 
 def _record(args: argparse.Namespace, session) -> tuple:
     """Record the episodes; (summary, episodes before, episodes after)."""
     from tqdm import tqdm
 
+    from robotrl.hardware.lerobot_arm.convention import LEROBOT, RADIANS, JointConvention
     from robotrl.record.features import dataset_features
     from robotrl.record.run import RecordConfig, record_dataset
     from robotrl.record.writer import DatasetWriter
@@ -104,26 +140,26 @@ def _record(args: argparse.Namespace, session) -> tuple:
         from robotrl.record.disturbance import Disturbance
 
         disturbance = Disturbance(args.perturb, len(session.spec.joint_names), args.perturb_ticks)
-    writer = DatasetWriter(
-        args.root,
-        dataset_features(session.spec, session.env_state_dim),
-        fps=args.fps,
-        robot_type=session.spec.name,
-        resume=args.resume,
-    )
+    joints = JointConvention(RADIANS if args.robot == "sim" else LEROBOT, session.spec.name)
+    features = dataset_features(session.spec, joints, session.env_state_dim)
+    writer = DatasetWriter(args.root, features, args.fps, joints, resume=args.resume, repo_id=args.repo_id)
     teleop = make_teleop(teleop_config(args.teleop, args), session)
     teleop.connect()
     before = writer.num_episodes
     try:
         with tqdm(total=args.episodes, desc="recording", unit="ep") as bar:
             config = RecordConfig(
-                args.episodes, args.seed, int(args.max_seconds * args.fps), args.keep_failed or args.robot != "sim"
+                args.episodes,
+                args.seed,
+                int(args.max_seconds * args.fps),
+                args.keep_failed or args.robot != "sim",
+                reset_ticks=round(args.reset_time_s * args.fps),
             )
             summary = record_dataset(session, teleop, writer, config, progress=bar, disturbance=disturbance)
     finally:
         writer.close()
         teleop.disconnect()
-    return summary, before, writer.num_episodes
+    return summary, before, writer.num_episodes, writer
 
 
 def _report(args: argparse.Namespace, s, before: int, after: int) -> None:

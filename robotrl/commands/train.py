@@ -78,7 +78,7 @@ def _add_augmentation_arguments(parser: argparse.ArgumentParser) -> None:
         "--action-key",
         TrainConfig,
         "targets: executed actions, or the teleop's (clean labels of a `record --perturb` dataset)",
-        choices=("action", "action.teleop"),
+        choices=("action", "teleop.action"),
     )
     add_field(
         parser, "--k-max", TrainConfig, "VLASH offset augmentation: state/chunk k ~ U{0..K} ticks after the image"

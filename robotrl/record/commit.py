@@ -4,8 +4,14 @@ lerobot writes every episode into new data/video/metadata files, but rewrites
 `meta/info.json`, `meta/stats.json` and `meta/tasks.parquet` in place, non-atomically.
 After each saved episode we therefore store a commit: copies of those files plus the list
 of every file in the dataset, written to a temporary folder, fsynced and renamed into
-place. `recover` puts a dataset back to its last commit: the mutable files are restored
-and files written by an interrupted save are removed.
+place. A marker (`begin_write`) says robotrl is writing: from opening the dataset for an
+episode until that episode's commit, or until the writer closes.
+
+`recover` repairs a dataset only when the marker says robotrl was interrupted: the mutable
+files go back to the last commit and files written since are removed. Without the marker,
+a dataset that differs from the last commit was changed by another tool (say
+`lerobot-edit-dataset`, which rewrites files in place): its state is adopted as the new
+commit, never reverted.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from robotrl.fsutil import fsync_file, replace_dir
 log = logging.getLogger(__name__)
 
 COMMIT_DIR = ".robotrl_commit"
+WRITING = "writing"
+"""Marker file in COMMIT_DIR while robotrl has uncommitted writes in the dataset."""
 MUTABLE = ("meta/info.json", "meta/stats.json", "meta/tasks.parquet")
 
 
@@ -44,16 +52,36 @@ def commit(root: Path) -> None:
     manifest.write_text(json.dumps(_dataset_files(root)))
     fsync_file(manifest)
     replace_dir(tmp, current, old)
+    end_write(root)
+
+
+def begin_write(root: Path) -> None:
+    """Mark `root` as being written by robotrl (until `commit` or `end_write`)."""
+    marker = root / COMMIT_DIR / WRITING
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    fsync_file(marker)
+
+
+def end_write(root: Path) -> None:
+    """robotrl's writes to `root` are all committed or abandoned cleanly."""
+    (root / COMMIT_DIR / WRITING).unlink(missing_ok=True)
 
 
 def recover(root: Path) -> bool:
-    """Return `root` to its last commit; True if anything had to be repaired. A dataset
-    without a commit (written by another tool) is left as it is."""
+    """Return `root` to its last commit if robotrl was interrupted while writing it; True
+    if anything had to be repaired. A dataset without a commit is left as it is; one
+    changed by another tool since the last commit is adopted (committed as it is)."""
     base = root / COMMIT_DIR
     snapshot = base / "current" if (base / "current").is_dir() else base / "old"
     if not (snapshot / "manifest.json").is_file():
         return False
     committed = set(json.loads((snapshot / "manifest.json").read_text()))
+    if not (base / WRITING).is_file():
+        if _differs(root, snapshot, committed):
+            log.info("%s was changed by another tool since robotrl's last commit: adopting it as it is", root)
+            commit(root)
+        return False
     repaired = False
     for rel in _dataset_files(root):
         if rel not in committed:
@@ -72,4 +100,18 @@ def recover(root: Path) -> bool:
     missing = [rel for rel in committed if not (root / rel).is_file()]
     if missing:
         raise FileNotFoundError(f"{root}: committed files are missing: {', '.join(missing[:5])}")
+    end_write(root)
     return repaired
+
+
+def _differs(root: Path, snapshot: Path, committed: set[str]) -> bool:
+    """Whether `root`'s files or mutable files differ from the commit in `snapshot`."""
+    if set(_dataset_files(root)) != committed:
+        return True
+    for rel in MUTABLE:
+        saved = snapshot / rel.replace("/", "__")
+        if saved.is_file() != (root / rel).is_file():
+            return True
+        if saved.is_file() and saved.read_bytes() != (root / rel).read_bytes():
+            return True
+    return False

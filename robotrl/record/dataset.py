@@ -1,7 +1,9 @@
 """A local LeRobotDataset decoded once into RAM for training.
 
-Tables (state, action, env_state) come from the dataset's parquet files; every video
-frame is decoded once (PyAV, one pass per episode and camera), resized to the training
+Tables (state, action, env_state) come from the dataset's parquet files, joints converted
+to radians from the dataset's convention (lerobot's degrees for a real-arm or
+`lerobot-record` dataset; see `hardware/lerobot_arm/convention.py`); every video frame is
+decoded once (PyAV, one pass per episode and camera), resized to the training
 resolution and kept as uint8, so training never touches a decoder again.
 """
 
@@ -15,6 +17,7 @@ import numpy as np
 import torch
 
 from robotrl.core.errors import ConfigError
+from robotrl.hardware.lerobot_arm.convention import dataset_convention
 from robotrl.policies.fastslow.slow import resize_images
 from robotrl.record import features as F
 
@@ -26,7 +29,7 @@ class FrameTable:
     """Every frame of a dataset, in dataset order (episodes contiguous)."""
 
     states: np.ndarray
-    """(N, S) float32 measured joints, radians."""
+    """(N, S) float32 measured joints, radians (converted from the dataset's units)."""
     actions: np.ndarray
     """(N, A) float32 joint targets, radians (executed, or the teleop's: `load_frames`)."""
     env_states: np.ndarray | None
@@ -42,6 +45,8 @@ class FrameTable:
     episode_end: np.ndarray
     """(N,) one past the last frame of each frame's episode."""
     fps: float
+    joint_units: str = "radians"
+    """The convention the dataset stores joints in ("radians" or "lerobot")."""
 
     @property
     def num_frames(self) -> int:
@@ -62,7 +67,7 @@ def require_features(
     """ConfigError naming the first feature the training needs that the dataset lacks."""
     needed = [F.STATE, action_key] + [F.image_key(c) for c in cameras] + ([F.ENV_STATE] if use_env_state else [])
     for key in needed:
-        if key not in features:
+        if F.stored_key(features, key) not in features:
             have = ", ".join(k for k in features if k.startswith(("observation", "action")))
             raise ConfigError(f"dataset {root} has no feature {key!r} (it has: {have})")
 
@@ -76,7 +81,7 @@ def load_frames(
     action_key: str = F.ACTION,
 ) -> FrameTable:
     """Read the dataset at `root` into RAM (HF hub offline: set HF_HUB_OFFLINE=1). The
-    training targets come from `action_key`: "action" (executed) or "action.teleop" (what
+    training targets come from `action_key`: "action" (executed) or "teleop.action" (what
     the teleop asked for: the clean labels of a `record --perturb` dataset)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.datasets.video_utils import decode_video_frames
@@ -90,9 +95,11 @@ def load_frames(
     for cam in cameras:
         if ds.features[F.image_key(cam)]["dtype"] != "video":
             raise ConfigError(f"dataset {root}: {F.image_key(cam)} is stored as images; training reads videos")
+    action_col, env_col = F.stored_key(ds.features, action_key), F.stored_key(ds.features, F.ENV_STATE)
+    convention = dataset_convention(ds.features, ds.meta.robot_type, (F.STATE, action_col), f"dataset {root}")
     table = ds.hf_dataset.with_format("numpy")
-    cols = [F.STATE, action_key, "episode_index", "frame_index", "timestamp", "task_index"]
-    cols += [F.ENV_STATE] if use_env_state else []
+    cols = [F.STATE, action_col, "episode_index", "frame_index", "timestamp", "task_index"]
+    cols += [env_col] if use_env_state else []
     data = {c: np.asarray(table[c]) for c in cols}
     episodes = data["episode_index"].reshape(-1)
     start, end = _episode_bounds(episodes)
@@ -119,15 +126,16 @@ def load_frames(
             )
             images[cam][first:last] = resize_images(frames, image_size_px)
     return FrameTable(
-        states=data[F.STATE].astype(np.float32),
-        actions=data[action_key].astype(np.float32),
-        env_states=data[F.ENV_STATE].astype(np.float32) if use_env_state else None,
+        states=convention.to_radians(data[F.STATE]).astype(np.float32),
+        actions=convention.to_radians(data[action_col]).astype(np.float32),
+        env_states=data[env_col].astype(np.float32) if use_env_state else None,
         images=images,
         task_ids=data["task_index"].reshape(-1).astype(np.int64),
         tasks=tasks,
         episode_start=start,
         episode_end=end,
         fps=float(ds.fps),
+        joint_units=convention.name,
     )
 
 

@@ -3,9 +3,9 @@
 A demonstration only shows states on the demonstrator's own path; a policy that drifts a
 centimetre off it has never seen how to get back. With `robotrl record --perturb STD` the
 commands sent to the arm are the teleop's targets plus a slowly varying joint offset,
-so the arm really drifts, while the dataset's `action.teleop` column keeps what the
+so the arm really drifts, while the dataset's `teleop.action` column keeps what the
 demonstrator asked for: the way back. Train on that column (`robotrl train
---action-key action.teleop`) to learn corrections.
+--action-key teleop.action`) to learn corrections.
 
 The offset is an Ornstein-Uhlenbeck process per arm joint (the gripper is left alone):
 stationary std `std_rad`, correlation time `correlation_ticks`.

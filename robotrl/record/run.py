@@ -47,10 +47,16 @@ class RecordConfig:
     """Store episodes that did not succeed (a real arm's always are: it has no success)."""
     max_attempts: int | None = None
     """Give up after this many episodes; None: 3 x episodes + 5."""
+    reset_ticks: int = 0
+    """Ticks between saved episodes for resetting the scene: the teleop keeps driving the
+    arm, nothing is stored (lerobot's reset time)."""
 
     def __post_init__(self) -> None:
-        if self.episodes < 1 or self.max_ticks < 1:
-            raise UserError(f"need episodes >= 1 and max_ticks >= 1, got {self.episodes}, {self.max_ticks}")
+        if self.episodes < 1 or self.max_ticks < 1 or self.reset_ticks < 0:
+            raise UserError(
+                f"need episodes >= 1, max_ticks >= 1 and reset_ticks >= 0, got {self.episodes}, "
+                f"{self.max_ticks}, {self.reset_ticks}"
+            )
 
 
 def record_dataset(
@@ -93,6 +99,23 @@ def record_dataset(
             summary.ticks_wall_s += outcome.ticks_wall_s
             if progress is not None:
                 progress.update(1)
+            if not outcome.stop and summary.episodes_saved < episodes and reset_period(session, teleop, config):
+                break
         if outcome.stop:
             break
     return summary
+
+
+def reset_period(session: Session, teleop: TeleopDevice, config: RecordConfig) -> bool:
+    """`config.reset_ticks` ticks of teleop without recording, for a person to reset the
+    scene; an episode-ending event ends it early. True on a stop event."""
+    if config.reset_ticks == 0:
+        return False
+    obs = session.reset(config.seed)
+    teleop.reset(obs.state)
+    for _ in range(config.reset_ticks):
+        cmd = teleop.read(obs.state)
+        if cmd.events.ends_episode:
+            return cmd.events.stop
+        obs = session.step(cmd.target_rad).obs
+    return False

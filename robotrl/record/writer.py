@@ -5,6 +5,9 @@ images are never written as PNG files first. Every saved episode is finalized at
 (parquet footers and metadata written) and committed (`robotrl.record.commit`), so a
 `kill -9` loses at most the episode being recorded or saved; `--resume` returns the
 folder to its last commit and re-opens it with `LeRobotDataset.resume`.
+
+Frames arrive in robotrl radians; the writer stores joint columns in the dataset's
+`JointConvention` (lerobot's degrees on a real arm), the one place recordings convert.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from robotrl.core.errors import ConfigError, UserError
-from robotrl.record.commit import commit, recover
+from robotrl.hardware.lerobot_arm.convention import JointConvention
+from robotrl.record import features as F
+from robotrl.record.commit import begin_write, commit, end_write, recover
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,8 @@ def feature_mismatches(existing: dict[str, dict], wanted: dict[str, dict]) -> li
             a, b = existing[key], wanted[key]
             if a["dtype"] != b["dtype"] or tuple(a["shape"]) != tuple(b["shape"]):
                 problems.append(f"{key}: existing {a['dtype']}{tuple(a['shape'])}, now {b['dtype']}{tuple(b['shape'])}")
+            elif key in F.JOINT_KEYS and a.get("names") != b.get("names"):
+                problems.append(f"{key}: existing names {a.get('names')}, now {b.get('names')} (other units)")
     return problems
 
 
@@ -59,18 +66,27 @@ class DatasetWriter:
 
     Args:
         root: dataset folder. Must not exist unless `resume`.
-        features: from `robotrl.record.features.dataset_features`.
+        features: from `robotrl.record.features.dataset_features` (same `convention`).
         fps: recording rate (stored in the dataset).
-        robot_type: e.g. "so101".
+        convention: units of the joint columns; also gives the dataset's `robot_type`.
         resume: append to an existing dataset whose features match.
+        repo_id: the dataset's hub id ("user/name"); None: "local/<folder name>".
     """
 
-    def __init__(self, root: Path, features: dict[str, dict], fps: int, robot_type: str, resume: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        features: dict[str, dict],
+        fps: int,
+        convention: JointConvention,
+        resume: bool = False,
+        repo_id: str | None = None,
+    ) -> None:
         self.root = Path(root)
-        self.repo_id = f"local/{self.root.name}"
+        self.repo_id = repo_id or f"local/{self.root.name}"
         self.features = features
         self.fps = fps
-        self.robot_type = robot_type
+        self.convention = convention
         if resume:
             if not self.root.exists():
                 raise UserError(f"--resume: {self.root} does not exist")
@@ -80,6 +96,8 @@ class DatasetWriter:
             problems = feature_mismatches(info["features"], features)
             if int(info["fps"]) != fps:
                 problems.append(f"fps: existing {info['fps']}, now {fps}")
+            if info.get("robot_type") != convention.robot_type:
+                problems.append(f"robot_type: existing {info.get('robot_type')}, now {convention.robot_type}")
             if problems:
                 raise ConfigError(f"cannot resume {self.root}, features differ: " + "; ".join(problems))
             self._remove_interrupted_leftovers()
@@ -102,8 +120,12 @@ class DatasetWriter:
         self._open()
 
     def add_frame(self, frame: dict[str, np.ndarray | str]) -> None:
-        """One frame: every feature key plus "task" (the instruction)."""
-        self._open().add_frame(frame)
+        """One frame: every feature key plus "task" (the instruction); joints in radians."""
+        stored = dict(frame)
+        for key in F.JOINT_KEYS:
+            if key in stored:
+                stored[key] = self.convention.from_radians(np.asarray(stored[key])).astype(np.float32)
+        self._open().add_frame(stored)
         self._frames_in_episode += 1
 
     def save_episode(self) -> float:
@@ -132,6 +154,24 @@ class DatasetWriter:
         if self._dataset is not None:
             self._dataset.finalize()
             self._dataset = None
+            end_write(self.root)
+
+    def push_to_hub(self, private: bool = False) -> str:
+        """Upload the saved dataset to the hub as `repo_id`; its URL. `UserError` (one line,
+        the dataset stays on disk) when the hub cannot be reached or refuses it."""
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        if self.repo_id.startswith("local/"):
+            raise UserError("--push-to-hub needs --repo-id user/name")
+        try:
+            dataset = LeRobotDataset(self.repo_id, root=self.root)
+            dataset.push_to_hub(private=private, allow_patterns=["meta/**", "data/**", "videos/**", "README.md"])
+        except Exception as exc:  # offline mode, no network, no token, hub refusal: all one line
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(
+                f"could not push {self.root} to the hub as {self.repo_id}: {reason} (the dataset is saved)"
+            ) from exc
+        return f"https://huggingface.co/datasets/{self.repo_id}"
 
     def _open(self):
         if self._dataset is not None:
@@ -151,13 +191,15 @@ class DatasetWriter:
                 self.fps,
                 self.features,
                 root=self.root,
-                robot_type=self.robot_type,
+                robot_type=self.convention.robot_type,
                 use_videos=True,
                 metadata_buffer_size=1,
                 **options,
             )
             self._fresh = False
+            begin_write(self.root)
         else:
+            begin_write(self.root)
             self._dataset = LeRobotDataset.resume(self.repo_id, root=self.root, **options)
         return self._dataset
 

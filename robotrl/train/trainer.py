@@ -50,7 +50,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     """AdamW weight decay."""
     action_key: str = "action"
-    """Dataset column of the targets: "action" (executed) or "action.teleop" (the teleop's
+    """Dataset column of the targets: "action" (executed) or "teleop.action" (the teleop's
     clean targets of a `robotrl record --perturb` dataset)."""
     k_max: int = 8
     """VLASH offset: k ~ U{0..k_max} per example (0: no offset augmentation)."""
@@ -269,6 +269,7 @@ class Trainer:
             "dataset": str(cfg.dataset),
             "frames": self.frames.num_frames,
             "episodes": self.frames.num_episodes,
+            "dataset_joint_units": self.frames.joint_units,
             "train_config": _jsonable(asdict(cfg)),
         }
         self.policy().save(cfg.out, extra)

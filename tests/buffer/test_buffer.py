@@ -388,17 +388,18 @@ def test_empty_buffer_sampling_is_a_clear_error(tmp_path):
 
 def test_demo_dataset_loads_resized_with_reward_and_success(tmp_path, monkeypatch):
     from robotrl.core.robot import CameraSpec, RobotSpec
+    from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
     from robotrl.record import features as F
     from robotrl.record.writer import DatasetWriter
 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    names = tuple(f"j{i}" for i in range(3))
-    robot = RobotSpec("toy", names, -np.ones(3), np.ones(3), np.ones(3), 30.0, cameras=(CameraSpec("front", 16, 16),))
-    features = {k: v for k, v in F.dataset_features(robot, env_state_dim=2).items()}
-    writer = DatasetWriter(tmp_path / "ds", features, fps=30, robot_type="toy")
+    joints = JointConvention(RADIANS, "so101")
+    names, ones = tuple(joints.names), np.ones(6)
+    robot = RobotSpec("so101", names, -ones, ones, ones, 30.0, cameras=(CameraSpec("front", 16, 16),))
+    writer = DatasetWriter(tmp_path / "ds", F.dataset_features(robot, joints, env_state_dim=2), 30, joints)
     for ep in range(2):
         for t in range(6):
-            q = np.full(3, ep + t / 10, np.float32)
+            q = np.full(6, ep + t / 10, np.float32)
             writer.add_frame(
                 {
                     F.STATE: q,
@@ -414,7 +415,7 @@ def test_demo_dataset_loads_resized_with_reward_and_success(tmp_path, monkeypatc
             )
         writer.save_episode()
     writer.close()
-    spec = TransitionSpec(3, 3, {"front": (8, 6)}, 2)
+    spec = TransitionSpec(6, 6, {"front": (8, 6)}, 2)
     buf = OnlineBuffer(tmp_path / "buf", spec, capacity=100, fsync=False)
     assert buf.add_demo_dataset(tmp_path / "ds") == 12 and buf.cache.demo_transitions == 12
     c = buf.sample_chunks(64, 3, learner_version=0, rng=np.random.default_rng(0))

@@ -3,6 +3,8 @@ weights (no hub access), chunks in robot units, checkpoint folders load offline.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -60,7 +62,7 @@ KINDS = {
 HORIZON = {"act": 10, "diffusion": 8}
 
 
-def build(kind: str) -> LerobotChunkPolicy:
+def build(kind: str, dataset_stats: dict | None = None) -> LerobotChunkPolicy:
     if kind == "diffusion":
         pytest.importorskip("diffusers", reason="lerobot Diffusion needs lerobot[diffusion]")
     from lerobot.configs.types import FeatureType, PolicyFeature
@@ -81,7 +83,7 @@ def build(kind: str) -> LerobotChunkPolicy:
     )
     torch.manual_seed(0)
     policy = get_policy_class(kind)(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=stats())
+    pre, post = make_pre_post_processors(cfg, dataset_stats=dataset_stats or stats())
     return LerobotChunkPolicy(policy, pre, post)
 
 
@@ -136,3 +138,65 @@ def test_lerobot_adapter_rejects_bad_observations():
     no_camera.images = {}
     with pytest.raises(ValueError, match="camera 'front'"):
         policy.predict_chunk(no_camera)
+
+
+def _lerobot_dataset_meta(root, robot_type: str, names: list[str]) -> None:
+    """An empty dataset made with lerobot's own API: only its meta/info.json is read."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    joint = {"dtype": "float32", "shape": (6,), "names": names}
+    LeRobotDataset.create(
+        "me/so101_demos", 30, {"observation.state": joint, "action": joint}, root=root, robot_type=robot_type
+    )
+
+
+def _save_with_train_config(policy: LerobotChunkPolicy, folder, dataset_root) -> None:
+    policy.policy.save_pretrained(folder)
+    policy.preprocessor.save_pretrained(folder)
+    policy.postprocessor.save_pretrained(folder)
+    (folder / "train_config.json").write_text(
+        json.dumps({"dataset": {"repo_id": "me/so101_demos", "root": str(dataset_root)}})
+    )
+
+
+def test_a_policy_trained_in_lerobots_degrees_is_served_in_radians(tmp_path, monkeypatch):
+    """`lerobot-train` on lerobot-native SO-101 data (degrees, gripper 0..100): the adapter
+    finds the units in the training dataset, feeds the state in degrees and returns radians."""
+    from robotrl.core.errors import ConfigError
+    from robotrl.hardware.lerobot_arm.convention import LEROBOT, RADIANS, JointConvention
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lerobot = JointConvention(LEROBOT, "so101")
+    home_deg = lerobot.from_radians(HOME)
+    spread_deg = np.rad2deg(SPREAD_RAD)
+    degree_stats = stats()
+    for key in ("observation.state", "action"):
+        t = lambda a: torch.tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+        degree_stats[key] = {
+            "mean": t(home_deg),
+            "std": t(np.full(6, spread_deg)),
+            "min": t(home_deg - spread_deg),
+            "max": t(home_deg + spread_deg),
+        }
+    policy = build("act", degree_stats)
+    dataset = tmp_path / "so101_demos"
+    _lerobot_dataset_meta(dataset, "so101_follower", lerobot.names)
+    folder = tmp_path / "pretrained_model"
+    _save_with_train_config(policy, folder, dataset)
+
+    loaded = load_policy(folder)
+    assert isinstance(loaded, LerobotChunkPolicy) and loaded.joints == lerobot
+    chunk = loaded.predict_chunk(observation())
+    assert np.abs(chunk.actions_rad - HOME).max() < 10 * SPREAD_RAD  # radians, not 95-degree targets
+    assert np.abs(policy.predict_chunk(observation()).actions_rad - home_deg).max() < 10 * spread_deg  # unconverted
+
+    # The dataset gone (and not in $HF_LEROBOT_HOME): degree statistics cannot be placed on an arm.
+    import shutil
+
+    shutil.rmtree(dataset)
+    with pytest.raises(ConfigError, match=r"cannot tell the joint units .* reach 75\.1 and .*looked in"):
+        load_policy(folder)
+    # A dataset that says radians under statistics in degrees: refused, never served.
+    _lerobot_dataset_meta(dataset, "so101", JointConvention(RADIANS, "so101").names)
+    with pytest.raises(ConfigError, match="says radians but its state statistics reach"):
+        load_policy(folder)

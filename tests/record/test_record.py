@@ -15,6 +15,7 @@ import pytest
 
 from robotrl.cli import main
 from robotrl.core.robot import RobotState
+from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
 from robotrl.record import features as F
 from robotrl.record.loop import record_episode
@@ -22,6 +23,8 @@ from robotrl.record.run import RecordConfig, record_dataset
 from robotrl.record.writer import DatasetWriter
 from robotrl.sim.env import TaskEnv
 from robotrl.sim.teleop import ExpertTeleop
+
+SIM_JOINTS = JointConvention(RADIANS, "so101")
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +109,9 @@ class JumpTeleop:
 
 def test_stored_action_is_the_clamped_command(tmp_path):
     env = TaskEnv("reach", cameras=())
-    writer = DatasetWriter(tmp_path / "jump", F.dataset_features(env.spec, env.env_state_dim), 30, "so101")
+    writer = DatasetWriter(
+        tmp_path / "jump", F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS
+    )
     outcome = record_episode(env, JumpTeleop(), writer, seed=0, max_ticks=50)
     writer.save_episode()
     env.close()
@@ -140,7 +145,7 @@ def test_disturbance_is_a_reproducible_slow_offset_on_the_arm_joints():
 
 def test_perturbed_recording_keeps_the_clean_targets_and_trains_on_them(tmp_path):
     """DART: the arm is pushed off the demonstrator's path (executed action = teleop + offset),
-    action.teleop keeps the clean target, and training can read either column."""
+    teleop.action keeps the clean target, and training can read either column."""
     import pandas as pd
 
     from robotrl.record.dataset import load_frames
@@ -200,7 +205,7 @@ class RerecordOnce(ExpertTeleop):
 def test_rerecord_discards_and_repeats_the_episode(tmp_path):
     env = TaskEnv("reach", cameras=())
     root = tmp_path / "rerecord"
-    writer = DatasetWriter(root, F.dataset_features(env.spec, env.env_state_dim), 30, "so101")
+    writer = DatasetWriter(root, F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS)
     summary = record_dataset(env, RerecordOnce(env), writer, RecordConfig(episodes=2, seed=0, max_ticks=150))
     writer.close()
     env.close()
@@ -291,7 +296,7 @@ def test_bad_input_is_reported_and_nothing_is_damaged(tmp_path, capsys):
 
     assert main(["record", "--task", "pick_place", "--episodes", "1", "--root", str(root), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert "features differ" in err and "observation.environment_state" in err
+    assert "features differ" in err and "sim.environment_state" in err
 
     assert main(["record", "--task", "reach", "--root", str(tmp_path / "missing"), "--resume"]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -302,10 +307,14 @@ def test_bad_input_is_reported_and_nothing_is_damaged(tmp_path, capsys):
 
 def test_interrupted_save_is_rolled_back_on_resume(tmp_path):
     """A crash in the middle of lerobot's save: a half-written info.json and a stray data
-    file. --resume returns the folder to the last committed episode and appends."""
+    file, robotrl's write marker still set. --resume returns the folder to the last
+    committed episode and appends."""
+    from robotrl.record.commit import begin_write
+
     root = tmp_path / "torn"
     assert main(["record", "--task", "reach", "--episodes", "2", "--root", str(root), "--image-size", "32"]) == 0
     before = episode_actions(root)
+    begin_write(root)  # what a writer killed between opening and committing leaves
     info = root / "meta" / "info.json"
     info.write_text(info.read_text()[:100])  # torn write
     stray = root / "data" / "chunk-000" / "file-009.parquet"
@@ -335,3 +344,62 @@ def test_interrupted_save_is_rolled_back_on_resume(tmp_path):
     for episode, actions in before.items():
         np.testing.assert_array_equal(after[episode], actions)
     assert load(root).num_episodes == 3
+
+
+def test_resume_adopts_edits_made_with_lerobots_own_tools(tmp_path):
+    """lerobot's `modify_tasks` (what `lerobot-edit-dataset --operation.type modify_tasks`
+    runs) rewrites meta/tasks.parquet in place; --resume keeps that edit and appends."""
+    from lerobot.datasets.dataset_tools import modify_tasks
+
+    root = tmp_path / "edited"
+    assert main(["record", "--task", "reach", "--episodes", "1", "--root", str(root), "--image-size", "32"]) == 0
+    modify_tasks(load(root), new_task="touch the red dot")
+    args = ["record", "--task", "reach", "--episodes", "1", "--root", str(root), "--image-size", "32"]
+    assert main([*args, "--resume", "--seed", "3"]) == 0
+    ds = load(root)
+    assert ds.num_episodes == 2 and "touch the red dot" in list(ds.meta.tasks.index)
+    assert ds[0]["task"] == "touch the red dot"
+
+
+def test_repo_id_places_the_dataset_where_lerobot_looks_and_an_offline_push_is_one_line(tmp_path):
+    """`--repo-id user/name` without --root records into $HF_LEROBOT_HOME/user/name (where
+    lerobot's tools look for it); `--push-to-hub` offline fails with one line, exit 2, and
+    the recorded dataset stays."""
+    env = {**os.environ, "HF_LEROBOT_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "MUJOCO_GL": "egl"}
+    args = ["record", "--task", "reach", "--episodes", "1", "--image-size", "32", "--repo-id", "me/reach_demos"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", *args, "--push-to-hub"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 2
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "could not push" in last and "me/reach_demos" in last and "(the dataset is saved)" in last, ran.stderr[
+        -2000:
+    ]
+    assert load(tmp_path / "home" / "me" / "reach_demos").num_episodes == 1
+    for bad in (["--repo-id", "reach_demos"], ["--push-to-hub", "--root", str(tmp_path / "r")], []):
+        assert main(["record", "--task", "reach", *bad]) == 2
+
+
+class CountingTeleop(ExpertTeleop):
+    reads = 0
+
+    def read(self, state):
+        self.reads += 1
+        return super().read(state)
+
+
+def test_reset_time_drives_the_arm_between_episodes_without_recording(tmp_path):
+    env = TaskEnv("reach", cameras=())
+    teleop = CountingTeleop(env)
+    writer = DatasetWriter(
+        tmp_path / "reset", F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS
+    )
+    summary = record_dataset(env, teleop, writer, RecordConfig(episodes=3, seed=0, max_ticks=150, reset_ticks=20))
+    writer.close()
+    env.close()
+    assert summary.episodes_saved == 3 and len(load(tmp_path / "reset")) == summary.frames
+    assert teleop.reads == summary.frames + 2 * 20  # two resets between three episodes, none after the last

@@ -13,6 +13,7 @@ from robotrl.cli import main
 from robotrl.core.errors import ConfigError
 from robotrl.core.policy import PolicyObservation
 from robotrl.core.robot import CameraSpec, RobotSpec
+from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
 from robotrl.policies.fastslow import FastSlowPolicy
 from robotrl.policies.loading import load_policy
 from robotrl.record import features as F
@@ -41,6 +42,7 @@ TINY = {
 }
 """A policy small enough to train in seconds."""
 S0 = np.array([0.0, -1.2, 1.1, 1.3, 0.0, 0.0])
+SIM_JOINTS = JointConvention(RADIANS, "so101")
 INSTRUCTIONS = ("move left", "move right")
 EPISODE_TICKS = 20
 
@@ -161,7 +163,7 @@ def _image(t: int, direction: float) -> np.ndarray:
 def write_toy_dataset(root, episodes: int = 4) -> None:
     """Episodes alternate between the instructions; the arm moves joint 0 left (+) or
     right (-) from the same start, so only the instruction tells the first chunk apart."""
-    writer = DatasetWriter(root, F.dataset_features(_spec(), env_state_dim=3), fps=30, robot_type="so101")
+    writer = DatasetWriter(root, F.dataset_features(_spec(), SIM_JOINTS, env_state_dim=3), 30, SIM_JOINTS)
     for ep in range(episodes):
         direction = 1.0 if ep % 2 == 0 else -1.0
         state = S0.copy()
@@ -294,6 +296,11 @@ def test_checkpoint_holds_everything_and_round_trips_bitwise(toy, tmp_path):
         np.testing.assert_array_equal(
             loaded.predict_chunk(obs).actions_rad, trainer.policy().predict_chunk(obs).actions_rad
         )
+    # The checkpoint says its joint units; other units are refused, not served.
+    assert doc["joint_units"] == "radians"
+    (tmp_path / "ck" / "config.json").write_text(json.dumps({**doc, "joint_units": "lerobot"}))
+    with pytest.raises(ConfigError, match="'lerobot' joint units; robotrl reads radians"):
+        load_policy(tmp_path / "ck")
 
 
 def test_resume_continues_exactly(toy, tmp_path):
@@ -426,6 +433,7 @@ def test_cli_train_then_bench(toy, tmp_path, capsys, monkeypatch):
     assert rc == 0
     text = capsys.readouterr().out
     assert "Wilson 95% interval" in text and "latent age" in text
+    assert "joints (6), camera front 32 px, camera wrist 32 px" in text  # what it reads; no sim state
     results = json.loads((tmp_path / "bench" / "policy" / "results.json").read_text())
     assert results["episodes"] == 1 and results["latent_age_ticks"] == {"0": results["latent_age_ticks"]["0"]}
     # A dataset that is not there is a one-line error, not a traceback.
@@ -451,3 +459,95 @@ def test_a_run_stopped_by_its_time_budget_is_still_evaluated(toy, tmp_path):
     result = train(cfg, frames=frames, progress=False)
     assert 0 < result.steps < cfg.steps
     assert [e["step"] for e in result.evals] == [result.steps] and 0.0 <= result.evals[0]["success_rate"] <= 1.0
+
+
+def test_lerobots_policy_features_of_a_robotrl_dataset_are_what_a_real_arm_has(toy):
+    """lerobot's trainer takes every `observation.*` feature as an input and every `action*`
+    one as an output: a robotrl dataset shows it only the joints, the cameras and the action
+    (not the simulator's state, the clock or the teleop's request)."""
+    from lerobot.configs.types import FeatureType
+    from lerobot.utils.feature_utils import dataset_to_policy_features
+
+    root, _, _ = toy
+    features = dataset_to_policy_features(json.loads((root / "meta" / "info.json").read_text())["features"])
+    inputs = {k for k, f in features.items() if f.type is not FeatureType.ACTION}
+    assert inputs == {F.STATE, F.image_key("front"), F.image_key("wrist")}
+    assert {k for k, f in features.items() if f.type is FeatureType.ACTION} == {F.ACTION}
+
+
+def test_a_dataset_made_with_lerobots_api_in_degrees_trains_in_radians(toy, tmp_path, monkeypatch):
+    """The toy episodes written as `lerobot-record` writes an SO-101 (names `<joint>.pos`,
+    arm degrees, gripper 0..100, robot_type so101_follower, lerobot's own API): robotrl reads
+    the same radians, trains, and its checkpoint acts in radians."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robotrl.hardware.lerobot_arm.convention import LEROBOT
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    toy_root, toy_frames, _ = toy
+    lerobot = JointConvention(LEROBOT, "so101")
+    joint = {"dtype": "float32", "shape": (6,), "names": lerobot.names}
+    video = {"dtype": "video", "shape": (32, 32, 3), "names": ["height", "width", "channels"]}
+    root = tmp_path / "lerobot_native"
+    features = {F.STATE: joint, F.ACTION: joint, F.image_key("front"): video}
+    ds = LeRobotDataset.create("me/native", 30, features, root=root, robot_type="so101_follower")
+    for start in range(0, toy_frames.num_frames, EPISODE_TICKS):
+        for i in range(start, start + EPISODE_TICKS):
+            image = toy_frames.images["front"][i].permute(1, 2, 0).numpy()
+            state, action = (
+                lerobot.from_radians(x[i]).astype(np.float32) for x in (toy_frames.states, toy_frames.actions)
+            )
+            ds.add_frame({F.STATE: state, F.ACTION: action, F.image_key("front"): image, "task": "native"})
+        ds.save_episode()
+    ds.finalize()
+    assert np.abs(ds.hf_dataset.with_format("numpy")[F.STATE]).max() > 60  # stored in degrees
+
+    frames = load_frames(root, cameras=("front",), image_size_px=32, progress=False)
+    assert frames.joint_units == "lerobot"
+    np.testing.assert_allclose(frames.states, toy_frames.states, atol=1e-4)
+    np.testing.assert_allclose(frames.actions, toy_frames.actions, atol=1e-4)
+    out = tmp_path / "native_ckpt"
+    args = ["--dataset", str(root), "--out", str(out), "--steps", "3", "--batch-size", "4", "--image-size", "32"]
+    assert main(["train", *args, "--cameras", "front", "--horizon", "6", "--execute-steps", "6"]) == 0
+    assert json.loads((out / "config.json").read_text())["training"]["dataset_joint_units"] == "lerobot"
+    policy = load_policy(out)
+    obs = _obs("native")
+    obs.images = {"front": obs.images["front"]}
+    assert np.abs(policy.predict_chunk(obs).actions_rad).max() < 2 * np.pi  # radians, not degrees
+
+    # Names of neither convention: one line naming both.
+    info_file = root / "meta" / "info.json"
+    info = json.loads(info_file.read_text())
+    info["features"][F.STATE]["names"] = [f"motor_{i}" for i in range(6)]
+    info_file.write_text(json.dumps(info))
+    with pytest.raises(ConfigError, match=r"neither robotrl's radians .* nor lerobot's degrees"):
+        load_frames(root, cameras=("front",), image_size_px=32, progress=False)
+
+
+def test_a_dataset_of_the_older_robotrl_layout_still_loads(tmp_path, monkeypatch):
+    """Datasets written before the privileged columns moved out of `observation.*` keep
+    loading: `observation.environment_state` and `action.teleop` are read as the new ones."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    joint = {"dtype": "float32", "shape": (6,), "names": SIM_JOINTS.names}
+    old = {F.STATE: joint, F.ACTION: joint, "action.teleop": joint}
+    old["observation.environment_state"] = {"dtype": "float32", "shape": (2,), "names": None}
+    ds = LeRobotDataset.create("local/old", 30, old, root=tmp_path / "old", robot_type="so101", use_videos=False)
+    for t in range(5):
+        q = (S0 + 0.01 * t).astype(np.float32)
+        env = np.array([t, -t], np.float32)
+        ds.add_frame(
+            {
+                F.STATE: q,
+                F.ACTION: q + 0.1,
+                "action.teleop": q + 0.2,
+                "observation.environment_state": env,
+                "task": "old",
+            }
+        )
+    ds.save_episode()
+    ds.finalize()
+    frames = load_frames(tmp_path / "old", cameras=(), use_env_state=True, progress=False, action_key=F.TELEOP_ACTION)
+    np.testing.assert_allclose(frames.actions - frames.states, 0.2, atol=1e-6)
+    np.testing.assert_allclose(frames.env_states[:, 0] if frames.env_states is not None else None, np.arange(5))
