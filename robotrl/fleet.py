@@ -8,6 +8,7 @@ A fleet file is TOML with three kinds of table (see `examples/fleet.toml`):
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tomllib
@@ -205,6 +206,32 @@ class Fleet:
                 )
         for gpu in self.gpus:
             claim(f"gpus.{gpu.name}.index", ("gpu", gpu.host, gpu.index), f"GPU {gpu.index} of {gpu.host}")
+
+    def arm(self, name: str) -> dict[str, str | None]:
+        """Robot `name` as the arm options of `record`/`deploy`/`actor`: robot, port,
+        robot_id, and cameras (its `[cameras.*]` as lerobot's `--robot.cameras` JSON map)."""
+        robot = next((r for r in self.robots if r.name == name), None)
+        if robot is None:
+            known = ", ".join(r.name for r in self.robots) or "none declared"
+            raise ConfigError(f"{self.source}: no robot {name!r} (robots: {known})")
+        cameras = {
+            c.name: {
+                "type": "opencv",
+                "index_or_path": c.index if c.index is not None else c.path,
+                "width": c.width_px,
+                "height": c.height_px,
+                "fps": c.fps,
+            }
+            for c in self.cameras
+            if c.robot == name
+        }
+        real = robot.driver == "lerobot"
+        return {
+            "robot": robot.model if real else "sim",
+            "port": robot.port,
+            "robot_id": robot.calibration_id,
+            "cameras": json.dumps(cameras) if real and cameras else None,
+        }
 
     def assignments(self) -> dict[str, tuple[str, ...]]:
         """Each role -> the entries serving it, as "robots.NAME" / "gpus.NAME"."""

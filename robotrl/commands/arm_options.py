@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from robotrl.commands.flags import add_fleet_arguments, apply_fleet
 from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
 from robotrl.inference.arm import ArmConfig
@@ -44,6 +45,7 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
         default=field_default(ArmConfig, "robot_id"),
         help="real arm: lerobot calibration id; also this robot's name for the server and learner",
     )
+    add_fleet_arguments(parser)
     parser.add_argument(
         "--mode",
         default=field_default(ExecutorConfig, "mode"),
@@ -76,6 +78,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def arm_config(args: argparse.Namespace) -> ArmConfig:
+    apply_fleet(args)
     return ArmConfig(args.robot, args.task, args.scenario, args.port, args.robot_id, args.cameras)
 
 

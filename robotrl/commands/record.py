@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robotrl.commands.flags import add_field
+from robotrl.commands.flags import add_field, add_fleet_arguments, apply_fleet
 from robotrl.core.errors import UserError
 from robotrl.record.run import RecordConfig
 from robotrl.record.teleop import TELEOPS, TeleopConfig, make_teleop
@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
     parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
+    add_fleet_arguments(parser)
     _add_sim_arguments(parser)
     add_device_arguments(parser)
 
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.perturb < 0 or args.perturb_ticks <= 0:
         raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
     args.root = dataset_root(args.root, args.repo_id, args.push_to_hub)
+    apply_fleet(args)
     session = _make_session(args)
     try:
         summary, before, after, writer = _record(args, session)

@@ -161,3 +161,32 @@ def test_cli_check_missing_port_exits_2(tmp_path, capsys):
 def test_cli_check_needs_a_fleet(capsys):
     assert main(["devices", "--check"]) == 2
     assert "--check needs --fleet" in capsys.readouterr().err
+
+
+def test_a_fleet_robot_gives_the_arm_options_and_its_cameras_as_lerobot_configs(tmp_path, capsys, tiny_flow):
+    from lerobot.cameras.opencv import OpenCVCameraConfig
+
+    from robotrl.hardware.lerobot_arm.cameras import parse_cameras
+
+    fleet = load_fleet(EXAMPLE)
+    left = fleet.arm("left_arm")
+    assert (left["robot"], left["port"], left["robot_id"]) == ("so101", "/dev/ttyACM0", "left_follower")
+    ((name, camera),) = parse_cameras(left["cameras"]).items()
+    assert name == "front" and isinstance(camera, OpenCVCameraConfig)
+    assert (camera.index_or_path, camera.width, camera.height, camera.fps) == (0, 640, 480, 30)
+    assert fleet.arm("sim_arm") == {"robot": "sim", "port": None, "robot_id": None, "cameras": None}
+    with pytest.raises(ConfigError, match=r"no robot 'right_arm' \(robots: left_arm, sim_arm\)"):
+        fleet.arm("right_arm")
+    # The commands take it: record and deploy open the fleet's port (absent on this machine).
+    fleet_args = ["--fleet", str(EXAMPLE), "--fleet-robot", "left_arm"]
+    checkpoint = tmp_path / "ck"
+    tiny_flow().save(checkpoint)
+    for command in (
+        ["record", "--root", str(tmp_path / "ds"), "--teleop", "keyboard"],
+        ["deploy", "--policy", str(checkpoint)],
+    ):
+        assert main([*command, *fleet_args]) == 2
+        err = capsys.readouterr().err
+        assert "/dev/ttyACM0" in err and len(err.strip().splitlines()) == 1, err
+    assert main(["deploy", "--fleet", str(EXAMPLE), "--policy", str(checkpoint)]) == 2
+    assert "--fleet and --fleet-robot go together" in capsys.readouterr().err
