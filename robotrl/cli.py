@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "latency, sim2sim, hostile (`robotrl bench NAME --help`)",
     "train": "train a fast/slow flow-matching chunk policy on a LeRobot dataset",
     "health": "ask a running inference server how it is (threads, errors, queue, batches/s, learner)",
+    "twin": "the MuJoCo SO-101 behind simulated Feetech buses (follower + expert-driven leader) and cameras, "
+    "for the real-arm commands",
     "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }
 

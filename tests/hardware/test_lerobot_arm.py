@@ -4,16 +4,11 @@ opt-in tests on a real arm (`pytest -m hardware`, port from ROBOTRL_SO101_PORT).
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import pty
-import select
 import subprocess
 import sys
-import threading
 import time
-import tty
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +25,8 @@ from robotrl.hardware.lerobot_arm.units import (
     units_for,
 )
 from robotrl.hardware.models import ARMS, velocity_limits
+from robotrl.sim.twin.bus import SimServoBus as FakeServoBus
+from robotrl.sim.twin.bus import write_calibration
 
 # so101.urdf gripper limits: -10 deg .. 100 deg.
 SO101_GRIPPER_LOWER_RAD = -0.174533
@@ -167,100 +164,12 @@ def test_port_that_is_no_motor_bus_raises_device_not_connected(tmp_path) -> None
     assert not arm.is_connected
 
 
-# -- a simulated motor bus: real lerobot + Feetech SDK code over a pseudo-terminal ----------
-class FakeServoBus:
-    """Six STS3215 servos (ids 1..6) behind a pseudo-terminal, answering Feetech protocol 0
-    (ping, read, write, sync read, sync write) from a 256-byte register file each.
-
-    A Goal_Position write moves Present_Position there at once, clamped to the servo's
-    Min/Max_Position_Limit as the firmware does. The limits start at `ranges` (id -> raw
-    (min, max)), homing offsets at 0 and every servo at the middle of its range.
-    """
-
-    READ, WRITE, SYNC_READ, SYNC_WRITE = 0x02, 0x03, 0x82, 0x83  # anything else: empty reply
-    GOAL, PRESENT, MIN_LIMIT, MAX_LIMIT = 42, 56, 9, 11
-
-    def __init__(self, ranges: dict[int, tuple[int, int]]) -> None:
-        self._master, self._slave = pty.openpty()
-        tty.setraw(self._slave)
-        self.port = os.ttyname(self._slave)
-        self.regs = {id_: bytearray(256) for id_ in ranges}
-        for id_, (low, high) in ranges.items():
-            self._put(id_, 3, 777)  # Model_Number of an STS3215
-            self.regs[id_][0:2] = bytes([3, 10])  # firmware 3.10
-            self._put(id_, self.MIN_LIMIT, low)
-            self._put(id_, self.MAX_LIMIT, high)
-            self._put(id_, self.PRESENT, (low + high) // 2)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def present(self, id_: int) -> int:
-        return int.from_bytes(self.regs[id_][self.PRESENT : self.PRESENT + 2], "little")
-
-    def _put(self, id_: int, address: int, value: int) -> None:
-        self.regs[id_][address : address + 2] = value.to_bytes(2, "little")
-
-    def _write(self, id_: int, address: int, data: bytes) -> None:
-        self.regs[id_][address : address + len(data)] = data
-        if address == self.GOAL:
-            low = int.from_bytes(self.regs[id_][self.MIN_LIMIT : self.MIN_LIMIT + 2], "little")
-            high = int.from_bytes(self.regs[id_][self.MAX_LIMIT : self.MAX_LIMIT + 2], "little")
-            self._put(id_, self.PRESENT, min(max(int.from_bytes(data[:2], "little"), low), high))
-
-    def _reply(self, id_: int, params: bytes = b"") -> None:
-        body = bytes([id_, len(params) + 2, 0]) + params
-        os.write(self._master, b"\xff\xff" + body + bytes([~sum(body) & 0xFF]))
-
-    def _serve(self) -> None:
-        buffer = b""
-        while not self._stop.is_set():
-            if not select.select([self._master], [], [], 0.05)[0]:
-                continue
-            buffer += os.read(self._master, 1024)
-            while (start := buffer.find(b"\xff\xff")) >= 0 and len(buffer) >= start + 4:
-                end = start + 4 + buffer[start + 3]
-                if len(buffer) < end:
-                    break
-                id_, instruction, params = buffer[start + 2], buffer[start + 4], buffer[start + 5 : end - 1]
-                buffer = buffer[end:]
-                self._handle(id_, instruction, params)
-
-    def _handle(self, id_: int, instruction: int, params: bytes) -> None:
-        if instruction == self.SYNC_WRITE:
-            size = params[1]
-            for i in range(2, len(params), size + 1):
-                self._write(params[i], params[0], params[i + 1 : i + 1 + size])
-        elif instruction == self.SYNC_READ:
-            for target in params[2:]:
-                self._reply(target, bytes(self.regs[target][params[0] : params[0] + params[1]]))
-        elif id_ in self.regs:
-            if instruction == self.WRITE:
-                self._write(id_, params[0], params[1:])
-            data = self.regs[id_][params[0] : params[0] + params[1]] if instruction == self.READ else b""
-            self._reply(id_, bytes(data))
-
-    def close(self) -> None:
-        """Stop answering and close the terminal: the bus is gone."""
-        if not self._stop.is_set():
-            self._stop.set()
-            self._thread.join(timeout=5)
-            os.close(self._master)
-            os.close(self._slave)
-
-
+# -- a simulated motor bus (the twin's `SimServoBus`): real lerobot + Feetech SDK code over a
+# pseudo-terminal ------------------------------------------------------------------------------
 # Raw encoder ranges (0..4095 per turn): arm joints 1024..3072 (+-1024 ticks around 2048,
 # +-1024 * 360 / 4095 = +-90.022 deg), wrist roll the full turn, gripper 2000..3000.
 FAKE_RANGES = {1: (1024, 3072), 2: (1024, 3072), 3: (1024, 3072), 4: (1024, 3072), 5: (0, 4095), 6: (2000, 3000)}
 FAKE_HALF_RANGE_RAD = math.radians(1024 * 360 / 4095)
-
-
-def write_calibration(folder: Path, robot_id: str, ranges: dict[int, tuple[int, int]]) -> None:
-    calibration = {
-        name: {"id": id_, "drive_mode": 0, "homing_offset": 0, "range_min": ranges[id_][0], "range_max": ranges[id_][1]}
-        for id_, name in enumerate(ARMS["so101"].joint_names, start=1)
-    }
-    (folder / f"{robot_id}.json").write_text(json.dumps(calibration))
 
 
 @pytest.fixture

@@ -4,62 +4,24 @@ real lerobot driver on a simulated Feetech bus (pseudo-terminal) and lerobot's Z
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
-import zmq
-from test_lerobot_arm import FAKE_RANGES, FakeServoBus, write_calibration
+from test_lerobot_arm import FAKE_RANGES
 
 from robotrl.core.errors import ConfigError, DeviceNotConnected
 from robotrl.hardware.lerobot_arm.cameras import parse_cameras
 from robotrl.hardware.lerobot_arm.robot import LerobotArm
-
-
-class FramePublisher:
-    """Publishes a flat grey (h, w) frame `value` at `fps` in the message format of lerobot's
-    ZMQ image server (`lerobot.cameras.zmq.image_server`), until `stop()`."""
-
-    def __init__(self, name: str, h: int, w: int, value: int = 90, fps: float = 60.0) -> None:
-        self.name, self.value, self.period_s = name, value, 1.0 / fps
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.PUB)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self.port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        self._frame = np.full((h, w, 3), value, np.uint8)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def camera_map(self, name: str | None = None, **fields) -> str:
-        config = {"type": "zmq", "server_address": "127.0.0.1", "port": self.port, "camera_name": self.name}
-        config.update({"width": self._frame.shape[1], "height": self._frame.shape[0], "fps": 30, **fields})
-        return json.dumps({name or self.name: config})
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            ok, jpeg = cv2.imencode(".jpg", self._frame)
-            assert ok
-            message = {"timestamps": {self.name: time.time()}, "images": {self.name: base64.b64encode(jpeg).decode()}}
-            self._sock.send_string(json.dumps(message))
-            time.sleep(self.period_s)
-
-    def stop(self) -> None:
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self._sock.close(linger=0)
-        self._ctx.term()
+from robotrl.sim.twin.bus import SimServoBus as FakeServoBus
+from robotrl.sim.twin.bus import write_calibration
+from robotrl.sim.twin.cameras import FramePublisher
 
 
 @pytest.fixture

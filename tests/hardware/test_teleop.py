@@ -505,7 +505,10 @@ def test_leader_missing_port_raises_without_importing_lerobot(monkeypatch: pytes
 
 def test_leader_reads_lerobot_degrees_as_radians_on_simulated_servos(tmp_path: Path) -> None:
     pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
-    from test_lerobot_arm import FAKE_RANGES, FakeServoBus, write_calibration
+    from test_lerobot_arm import FAKE_RANGES
+
+    from robotrl.sim.twin.bus import SimServoBus as FakeServoBus
+    from robotrl.sim.twin.bus import write_calibration
 
     bus = FakeServoBus(FAKE_RANGES)
     try:

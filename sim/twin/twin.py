@@ -1,0 +1,237 @@
+"""`Twin`: a MuJoCo SO-101 task scene behind two simulated STS3215 buses and ZMQ cameras,
+in real time, for `robotrl twin`.
+
+Each control tick (`rate_hz`, on the wall clock):
+
+1. physics catches up with the clock; the arm's measured joints (URDF radians) become the
+   follower bus's Present_Position (radians -> lerobot units -> raw ticks, through the
+   twin's calibration: `calibration.TwinCalibration`);
+2. the leader bus's Present_Position becomes the task's scripted expert's next target,
+   computed from the arm and the scene (a demonstrator watching the follower and moving
+   the leader), while the follower is *driven*; otherwise the leader mirrors the follower
+   (the demonstrator has put the leader where the follower stands), so a command that
+   connects both starts without a jump;
+3. while driven, the follower's Goal_Position registers (raw -> radians) are the simulated
+   arm's targets;
+4. at `fps`, the task's cameras are rendered and handed to their publishers.
+
+Driven = every follower servo has its torque on and has had a Goal_Position write since:
+lerobot's `connect()` switches the torque on, the first `send_action` drives. Each time
+the follower becomes driven the expert starts its plan afresh from where the arm stands.
+Torque off (lerobot's `disconnect()`): the arm **holds** where it is. A real SO-101 goes
+limp and sags under gravity; the twin keeps the pose so the next command starts there.
+
+Scene resets (new objects from seed `seed`, `seed + 1`, ...; the arm stays where it is, as
+when a person tidies the table): at the start, on `request_reset()` (`robotrl twin` maps
+SIGUSR1 to it) and every `reset_every_s` if set. The twin cannot see a recorder's episode
+boundaries (a real arm has none on its bus either): for one scene per recorded episode,
+send SIGUSR1 between episodes or set `reset_every_s` near the episode length (the
+recorder's save time between episodes makes the two drift apart).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robotrl.core.clock import Rate, WallClock
+from robotrl.core.errors import ConfigError
+from robotrl.core.robot import CameraSpec
+from robotrl.core.seeds import SEED_STRIDE
+from robotrl.hardware.models import get_arm
+from robotrl.hardware.sim_arm.render import CameraRenderer
+from robotrl.hardware.sim_arm.robot import DEFAULT_CAMERAS, SimRobot
+from robotrl.hardware.sim_arm.scene import build_arm_spec
+from robotrl.sim.tasks import make_task
+from robotrl.sim.tasks.base import Expert
+from robotrl.sim.twin.bus import SimServoBus
+from robotrl.sim.twin.calibration import install_calibration, twin_calibration
+from robotrl.sim.twin.cameras import FramePublisher
+
+log = logging.getLogger(__name__)
+
+ARM = "so101"
+"""The twin's arm: lerobot's SO-101 follower and leader."""
+SCENE_CAMERAS = tuple(c.name for c in DEFAULT_CAMERAS)
+"""Cameras the arm's scene has ("front", "wrist")."""
+
+
+@dataclass(frozen=True)
+class TwinConfig:
+    """What `robotrl twin` simulates."""
+
+    task: str = "pick_place"
+    """Task scene and scripted expert: reach, pick_place or track."""
+    seed: int = 0
+    """Seed of the first scene; each reset takes the next."""
+    rate_hz: float = 30.0
+    """Control ticks per second: bus registers, expert and physics targets (the experts
+    are tuned for 30 Hz)."""
+    fps: float = 30.0
+    """Camera frames rendered (and published) per second, at most `rate_hz`."""
+    camera_width_px: int = 64
+    """Width of every camera frame, pixels."""
+    camera_height_px: int = 48
+    """Height of every camera frame, pixels."""
+    cameras: tuple[str, ...] = SCENE_CAMERAS
+    """Cameras of the scene to publish; () for none."""
+    robot_id: str = "follower"
+    """lerobot id of the follower (`--robot-id`): its calibration file `<id>.json`."""
+    leader_id: str = "leader"
+    """lerobot id of the leader (`--leader-id`)."""
+    reset_every_s: float = 0.0
+    """New scene this often, seconds; 0: only at the start and on request."""
+
+    def __post_init__(self) -> None:
+        if self.rate_hz <= 0 or not 0 < self.fps <= self.rate_hz:
+            raise ConfigError(f"need rate_hz > 0 and 0 < fps <= rate_hz, got {self.rate_hz:g}, {self.fps:g}")
+        if self.camera_width_px <= 0 or self.camera_height_px <= 0:
+            raise ConfigError("the camera size must be positive")
+        unknown = [name for name in self.cameras if name not in SCENE_CAMERAS]
+        if unknown or len(set(self.cameras)) != len(self.cameras):
+            raise ConfigError(f"cameras: name each of {', '.join(SCENE_CAMERAS)} at most once, got {self.cameras}")
+        if self.reset_every_s < 0:
+            raise ConfigError("reset_every_s must be >= 0")
+        if not self.robot_id or not self.leader_id or "/" in self.robot_id + self.leader_id:
+            raise ConfigError("robot_id and leader_id must be non-empty file names")
+        make_task(self.task)  # an unknown task fails here, before anything starts
+
+
+@dataclass(frozen=True)
+class TwinInfo:
+    """Where a running twin is: what the real-arm commands are given."""
+
+    follower_port: str
+    """`--port` of `robotrl record` / `deploy`."""
+    leader_port: str
+    """`--leader-port` of `robotrl record --teleop leader`."""
+    robot_id: str
+    """`--robot-id` (the follower's calibration file `<id>.json`)."""
+    leader_id: str
+    """`--leader-id`."""
+    calibration_dir: str
+    """`HF_LEROBOT_CALIBRATION` for the commands."""
+    cameras: str
+    """Their `--cameras` map (JSON), '' without cameras."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Twin:
+    """The scene, buses and cameras of `config`; calibration files go to `calibration_dir`.
+    Build, `run(stop)` until `stop` is set, then `close()`."""
+
+    def __init__(self, config: TwinConfig, calibration_dir: Path) -> None:
+        self.config = config
+        self.calibration = twin_calibration(ARM)
+        install_calibration(calibration_dir, config.robot_id, config.leader_id, self.calibration)
+        self.task = make_task(config.task)
+        spec = build_arm_spec(get_arm(ARM))
+        self.task.build(spec)
+        self.clock = WallClock()
+        self.sim = SimRobot(spec.compile(), arm=ARM, cameras=(), clock=self.clock, control_rate_hz=config.rate_hz)
+        self.sim.connect()
+        self.follower = SimServoBus(self.calibration.by_id, instant=False)
+        self.leader = SimServoBus(self.calibration.by_id, instant=False)
+        h, w = config.camera_height_px, config.camera_width_px
+        self.publishers = [FramePublisher(name, h, w, fps=config.fps) for name in config.cameras]
+        self._renderer: CameraRenderer | None = None
+        self._calibration_dir = Path(calibration_dir)
+        self._reset_requested = threading.Event()
+        self._expert: Expert | None = None
+        self._driven = False
+        self.seed = config.seed - 1
+        self.tick = 0
+        self.scenes = 0
+
+    @property
+    def info(self) -> TwinInfo:
+        cameras = {p.name: p.config() for p in self.publishers}
+        return TwinInfo(
+            self.follower.port,
+            self.leader.port,
+            self.config.robot_id,
+            self.config.leader_id,
+            str(self._calibration_dir),
+            json.dumps(cameras) if cameras else "",
+        )
+
+    def request_reset(self) -> None:
+        """Start a new scene at the next tick (safe from a signal handler)."""
+        self._reset_requested.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick at `rate_hz` until `stop` is set."""
+        if self.publishers and self._renderer is None:  # GL contexts belong to the thread that renders
+            specs = tuple(CameraSpec(p.name, *p.shape[:2]) for p in self.publishers)
+            self._renderer = CameraRenderer(self.sim.model, specs)
+        self._reset_scene()
+        rate = Rate(self.clock, self.config.rate_hz)
+        frame_period_s, next_frame_s = 1.0 / self.config.fps, self.clock.now()
+        half_tick_s = 0.5 / self.config.rate_hz  # ticks wake a little late: a frame due within it is due
+        while not stop.is_set():
+            if self._reset_requested.is_set() or self._reset_due():
+                self._reset_scene()
+            self._tick()
+            now_s = self.clock.now()
+            if self._renderer is not None and now_s + half_tick_s >= next_frame_s:
+                next_frame_s = max(next_frame_s + frame_period_s, now_s)
+                for publisher, frame in zip(self.publishers, self._renderer.render(self.sim.sync()).values()):
+                    publisher.update(frame)
+            rate.sleep()
+        if rate.overruns:
+            log.info("twin: %d of its ticks overran the %g Hz period", rate.overruns, self.config.rate_hz)
+
+    def _tick(self) -> None:
+        """Steps 1-3 of the module docstring."""
+        self.sim.sync()
+        q_rad = self.sim.q_true_rad
+        ids = list(self.calibration.by_id)
+        self.follower.set_present(dict(zip(ids, self.calibration.rad_to_raw(q_rad).tolist())))
+        driven = all(self.follower.commanded(i) for i in ids)
+        if driven and not self._driven:
+            self._expert = self.task.make_expert(self.sim)
+            self._expert.reset(np.random.default_rng(self.seed + SEED_STRIDE))
+        elif self._driven and not driven:
+            self.sim.hold()
+        self._driven = driven
+        self.task.on_tick(self.sim, self.tick)
+        self.tick += 1
+        leader_rad = self._expert.act(q_rad) if driven and self._expert is not None else q_rad
+        self.leader.set_present(dict(zip(ids, self.calibration.rad_to_raw(leader_rad).tolist())))
+        if driven:
+            goal_raw = np.array([self.follower.goal(i) for i in ids])
+            self.sim.command(self.calibration.raw_to_rad(goal_raw))
+
+    def _reset_due(self) -> bool:
+        every_s = self.config.reset_every_s
+        return every_s > 0 and self.sim.sim_time_s >= every_s
+
+    def _reset_scene(self) -> None:
+        """New objects from the next seed; the arm stays where it stands (home at the start)."""
+        self._reset_requested.clear()
+        self.seed += 1
+        q_rad = self.sim.q_true_rad if self.scenes else None
+        self.sim.reset(q_rad, seed=self.seed)
+        instruction = self.task.reset(self.sim, np.random.default_rng(self.seed))
+        self.tick, self.scenes = 0, self.scenes + 1
+        self._expert = None
+        self._driven = False  # the expert restarts on the next driven tick
+        log.info("twin: scene %d (seed %d): %s", self.scenes, self.seed, instruction)
+
+    def close(self) -> None:
+        """Stop the cameras and buses (the commands on them lose their devices) and physics."""
+        for publisher in self.publishers:
+            publisher.stop()
+        self.follower.close()
+        self.leader.close()
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        self.sim.disconnect()

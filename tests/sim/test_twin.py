@@ -1,0 +1,227 @@
+"""`robotrl twin`: its calibration (golden ranges, lerobot's own normalisation, round trips),
+its follower bus under lerobot's driver, bad options, a clean SIGTERM, and `robotrl record
+--robot so101 --teleop leader` against it: MuJoCo physics behind lerobot's real drivers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robotrl.cli import main
+from robotrl.core.errors import ConfigError
+from robotrl.hardware.kinematics import Kinematics
+from robotrl.hardware.models import ARMS
+from robotrl.sim.twin.bus import SimServoBus
+from robotrl.sim.twin.calibration import FOLLOWER_FOLDER, LEADER_FOLDER, install_calibration, twin_calibration
+
+TICK_RAD = 2 * math.pi / 4095
+"""One encoder tick in lerobot's maths (360 deg per 4095 ticks)."""
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+
+
+# -- calibration -------------------------------------------------------------------------------
+def test_twin_ranges_are_symmetric_around_the_urdf_zero_and_hold_the_urdf_limits() -> None:
+    cal = twin_calibration("so101")
+    # Arm joints: 2048 +- (ceil(max |limit| * 4095 / 2 pi) + 16): pan 1.91986 rad -> 1251.2 -> 1268;
+    # lift 1.74533 -> 1137.5 -> 1154; elbow 1.69 -> 1101.4 -> 1118; wrist flex 1.65806 -> 1080.6
+    # -> 1097; wrist roll max(2.74385, 2.84121) -> 1851.7 -> 1868. Gripper: 2048 + round(-0.174533
+    # * 651.74) = 2048 - 114, 2048 + round(1.74533 * 651.74) = 2048 + 1138.
+    assert cal.ranges == ((780, 3316), (894, 3202), (930, 3166), (951, 3145), (180, 3916), (1934, 3186))
+    assert cal.by_id[1] == (780, 3316) and cal.by_id[6] == (1934, 3186)
+    np.testing.assert_allclose(cal.raw_to_rad(np.array([2048] * 6))[:5], 0.0, atol=1e-12)
+    # Gripper raw 2048 is 114 of 1252 ticks from closed: -0.174533 + 114 / 1252 * 1.919863 rad.
+    assert cal.raw_to_rad(np.array([2048] * 6))[5] == pytest.approx(-0.174533 + 114 / 1252 * 1.919863, abs=1e-6)
+    kin = Kinematics(ARMS["so101"])
+    low, high = np.array(cal.ranges).T
+    for q in (kin.lower_rad, kin.upper_rad):
+        raw = cal.rad_to_raw(q)
+        assert np.all(raw >= low) and np.all(raw <= high), raw
+    np.testing.assert_array_equal(cal.rad_to_raw(kin.lower_rad)[5], 1934)  # lerobot 0 (closed)
+    np.testing.assert_array_equal(cal.rad_to_raw(kin.upper_rad)[5], 3186)  # lerobot 100 (open)
+
+
+def test_ticks_and_radians_round_trip_within_half_a_tick() -> None:
+    cal = twin_calibration("so101")
+    kin = Kinematics(ARMS["so101"])
+    q = np.random.default_rng(0).uniform(kin.lower_rad, kin.upper_rad, size=(200, 6))
+    np.testing.assert_allclose(cal.raw_to_rad(cal.rad_to_raw(q)), q, atol=TICK_RAD / 2 + 1e-9)
+    raw = np.random.default_rng(1).integers(low=np.array(cal.ranges)[:, 0], high=np.array(cal.ranges)[:, 1] + 1)
+    np.testing.assert_array_equal(cal.rad_to_raw(cal.raw_to_rad(raw)), raw)
+
+
+def test_lerobot_reads_the_installed_files_as_the_twin_maps_them(tmp_path: Path) -> None:
+    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
+    from lerobot.robots.so_follower import SOFollower, SOFollowerRobotConfig
+
+    cal = twin_calibration("so101")
+    follower_file, leader_file = install_calibration(tmp_path, "arm", "hand", cal)
+    assert follower_file == tmp_path / FOLLOWER_FOLDER / "arm.json"
+    assert leader_file == tmp_path / LEADER_FOLDER / "hand.json"
+    config = SOFollowerRobotConfig(port=os.devnull, id="arm", calibration_dir=follower_file.parent, use_degrees=True)
+    bus = SOFollower(config).bus
+    raw = np.array([780, 2048, 3166, 2500, 180, 3000])
+    lerobot = bus._normalize(dict(zip(range(1, 7), raw.tolist())))  # lerobot's own reading of the ticks
+    np.testing.assert_allclose(cal.raw_to_lerobot(raw), [lerobot[i] for i in range(1, 7)], atol=1e-9)
+    sent = bus._unnormalize(dict(zip(range(1, 7), cal.raw_to_lerobot(raw).tolist())))  # lerobot truncates
+    assert np.all(np.abs(np.array([sent[i] for i in range(1, 7)]) - raw) <= 1)
+    # Installing again is fine; a real arm's file of the same name is never overwritten.
+    install_calibration(tmp_path, "arm", "hand", cal)
+    real = json.loads(follower_file.read_text())
+    real["gripper"]["range_min"] = 2000
+    follower_file.write_text(json.dumps(real))
+    with pytest.raises(ConfigError, match="arm.json exists and is not the twin's"):
+        install_calibration(tmp_path, "arm", "hand", cal)
+    assert json.loads(follower_file.read_text()) == real
+
+
+def test_goals_wait_in_their_registers_and_torque_on_holds(tmp_path: Path) -> None:
+    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
+    from robotrl.hardware.lerobot_arm.robot import LerobotArm
+
+    cal = twin_calibration("so101")
+    install_calibration(tmp_path, "arm", "hand", cal)
+    bus = SimServoBus(cal.by_id, instant=False)
+    arm = LerobotArm("so101", port=bus.port, robot_id="arm", calibration_dir=tmp_path / FOLLOWER_FOLDER)
+    try:
+        bus.set_present({i: 2048 for i in range(1, 7)})
+        arm.connect()
+        assert all(bus.torque_enabled(i) and not bus.commanded(i) for i in range(1, 7))
+        assert [bus.goal(i) for i in range(1, 7)] == [2048] * 6  # torque on: hold where it stands
+        target = np.array([0.5, -0.5, 1.0, -1.0, 2.0, 1.0])
+        arm.command(target)
+        # A sync write has no reply; the next read's reply comes after the bus has taken it.
+        np.testing.assert_allclose(arm.read().q_rad[:5], 0.0, atol=1e-12)  # nothing moves until physics does
+        assert all(bus.commanded(i) for i in range(1, 7))
+        goal = np.array([bus.goal(i) for i in range(1, 7)])
+        np.testing.assert_allclose(cal.raw_to_rad(goal), target, atol=TICK_RAD)  # lerobot truncates a tick
+        arm.disconnect()  # torque off
+        assert not any(bus.torque_enabled(i) or bus.commanded(i) for i in range(1, 7))
+    finally:
+        arm.disconnect()
+        bus.close()
+
+
+# -- the command -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "flags, problem",
+    [
+        (["--camera-size", "64"], "--camera-size must be WIDTHxHEIGHT"),
+        (["--camera-names", "front,top"], "name each of front, wrist at most once"),
+        (["--task", "juggle"], "unknown task 'juggle'"),
+        (["--fps", "60"], "fps <= rate_hz"),
+    ],
+)
+def test_bad_options_get_one_line_and_exit_2(flags, problem, capsys) -> None:
+    assert main(["twin", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert problem in err and len(err.splitlines()) == 1, err
+
+
+def start_twin(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen, dict]:
+    """`robotrl twin --json` in a subprocess and its JSON line (stderr goes to twin.err)."""
+    err = (tmp_path / "twin.err").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robotrl.cli", "twin", "--json", *flags],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+        env=ENV,
+    )
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 120)
+    line = proc.stdout.readline() if ready else ""
+    if not line:
+        proc.kill()
+        pytest.fail(f"the twin printed nothing: {(tmp_path / 'twin.err').read_text()[-3000:]}")
+    return proc, json.loads(line)
+
+
+def stop_twin(proc: subprocess.Popen) -> float:
+    """SIGTERM the twin; seconds until it exited."""
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return time.monotonic() - t0
+
+
+def test_sigterm_exits_0_quickly_and_leaves_the_users_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "calibration"
+    (folder / "robots" / "so_follower").mkdir(parents=True)
+    mine = folder / "robots" / "so_follower" / "my_real_arm.json"
+    mine.write_text("{}")
+    proc, info = start_twin(tmp_path, "--calibration-dir", str(folder), "--robot-id", "twin_arm")
+    assert set(info) == {"follower_port", "leader_port", "robot_id", "leader_id", "calibration_dir", "cameras"}
+    assert info["calibration_dir"] == str(folder) and info["robot_id"] == "twin_arm"
+    assert Path(info["follower_port"]).exists() and Path(info["leader_port"]).exists()
+    assert set(json.loads(info["cameras"])) == {"front", "wrist"}
+    assert stop_twin(proc) < 5 and proc.returncode == 0, (tmp_path / "twin.err").read_text()[-3000:]
+    assert mine.read_text() == "{}"  # the user's files stay, and the twin's own calibration too
+    assert (folder / "robots" / "so_follower" / "twin_arm.json").is_file()
+    assert (folder / "teleoperators" / "so_leader" / "leader.json").is_file()
+    # Without --calibration-dir the twin makes (and at exit removes) a folder of its own.
+    proc, info = start_twin(tmp_path, "--camera-names", "")
+    assert info["cameras"] == "" and Path(info["calibration_dir"]).is_dir()
+    assert stop_twin(proc) < 5 and proc.returncode == 0
+    assert not Path(info["calibration_dir"]).exists()
+
+
+def _in_degrees(values: np.ndarray, names: list[str]) -> np.ndarray:
+    """(T, J) joint values in the units the dataset's feature names say (names ending in
+    ".pos": lerobot degrees; else radians) -> (T, J) degrees on the arm joints."""
+    return values if all(n.endswith(".pos") for n in names) else np.rad2deg(values)
+
+
+def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp_path: Path) -> None:
+    """The expert moves the leader, `robotrl record` commands the follower with it, MuJoCo
+    moves the arm, and the dataset (lerobot's own loader) shows the follower tracking the
+    leader a couple of ticks behind, with camera frames that change."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    proc, info = start_twin(tmp_path)
+    root = tmp_path / "ds"
+    args = ["--robot", "so101", "--port", info["follower_port"], "--robot-id", info["robot_id"]]
+    args += ["--teleop", "leader", "--leader-port", info["leader_port"], "--leader-id", info["leader_id"]]
+    args += ["--cameras", info["cameras"], "--episodes", "2", "--max-seconds", "2", "--task", "pick the cube"]
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-m", "robotrl.cli", "record", *args, "--root", str(root)],
+            env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        stop_twin(proc)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert proc.returncode == 0, (tmp_path / "twin.err").read_text()[-3000:]
+    ds = LeRobotDataset("local/ds", root=root)
+    assert ds.meta.total_episodes == 2 and ds.meta.total_frames == 120  # 2 x 2 s at 30 Hz
+    names = ds.meta.features["observation.state"]["names"]
+    state = _in_degrees(np.stack([np.asarray(v) for v in ds.hf_dataset["observation.state"]]), names)
+    action = _in_degrees(np.stack([np.asarray(v) for v in ds.hf_dataset["action"]]), names)
+    first = state[:60, :5]
+    assert np.ptp(first, axis=0).max() > 20, np.ptp(first, axis=0)  # the expert moved the arm tens of degrees
+    # The follower reaches the leader's command a few ticks later (bus ticks on both sides,
+    # then the servos' own dynamics): at the best lag the arm joints agree to a degree or two.
+    errors = [np.median(np.abs(state[lag:60, :5] - action[: 60 - lag, :5])) for lag in range(7)]
+    assert 1 <= int(np.argmin(errors)) <= 5 and min(errors) < 2.0, errors
+    for cam in ("front", "wrist"):
+        key = f"observation.images.{cam}"
+        assert tuple(ds.meta.features[key]["shape"]) == (48, 64, 3)
+        frames = np.stack([ds[i][key].numpy() for i in (0, 30, 59)])  # (3, 3, H, W) in [0, 1]
+        assert frames.std(axis=(1, 2, 3)).min() > 0.02  # an image, not a flat frame
+        assert np.abs(frames[0] - frames[-1]).mean() > 0.005, cam  # the arm moved in view
