@@ -75,6 +75,8 @@ class EpisodeResult:
     """Times the intervener took over."""
     versions: list[int]
     """Weight versions of the chunks executed, ascending (holds excluded)."""
+    read_ms: list[float] = field(default_factory=list)
+    """Per tick, how long reading the arm took (motors and cameras), milliseconds."""
     trace: list[TickRecord] = field(default_factory=list)
     received: list[ReceivedChunk] = field(default_factory=list)
 
@@ -169,11 +171,14 @@ class EpisodeRunner:
         self._clamps_before = (stats.step_clamps, stats.step_clamps + stats.limit_clamps + stats.workspace_clamps)
         self._rate = Rate(self.clock, self.robot.spec.control_rate_hz)
         self.ticks, self.episode_return, self.outcome = 0, 0.0, TaskOutcome(0.0, False, False)
+        self._read_ms: list[float] = []
         return instruction
 
     def tick(self) -> TickEvent:
         """One control tick (see the module docstring)."""
+        started = time.perf_counter()
         state = self.robot.read()
+        self._read_ms.append((time.perf_counter() - started) * 1e3)
         env_state = self.task.env_state()
         record = self.executor.tick(state, env_state)
         self._rate.sleep()
@@ -204,6 +209,7 @@ class EpisodeRunner:
             intervention_ticks=sum(r.intervened for r in trace),
             takeovers=0 if intervener is None else intervener.episode_takeovers,
             versions=sorted({r.version for r in trace if r.version >= 0}),
+            read_ms=self._read_ms,
             trace=trace,
             received=self.executor.received,
         )

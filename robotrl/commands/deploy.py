@@ -60,6 +60,8 @@ def _episodes(args: argparse.Namespace, arm, config, endpoint: str) -> list:
 
 
 def _report(episodes: list) -> None:
+    import numpy as np
+
     from robotrl.inference.runner import delay_summary
     from robotrl.report.table import format_table
 
@@ -76,6 +78,10 @@ def _report(episodes: list) -> None:
         for e in episodes
     ]
     print(format_table(("seed", "success", "ticks", "missed ticks", "pauses", "step clamps", "versions"), rows))
+    read_ms = np.concatenate([e.read_ms for e in episodes])
+    if len(read_ms):
+        p50, p99 = np.percentile(read_ms, [50, 99])
+        print(f"arm read (motors and cameras, ms): p50 {p50:.1f}  p99 {p99:.1f}")
     delays = delay_summary(episodes)
     if delays:
         print(f"inference delay (ticks): p50 {delays['p50']:g}  p95 {delays['p95']:g}  max {delays['max']:g}")

@@ -179,10 +179,18 @@ def test_sigterm_exits_0_quickly_and_leaves_the_users_folder(tmp_path: Path) -> 
     assert not Path(info["calibration_dir"]).exists()
 
 
-def _in_degrees(values: np.ndarray, names: list[str]) -> np.ndarray:
-    """(T, J) joint values in the units the dataset's feature names say (names ending in
-    ".pos": lerobot degrees; else radians) -> (T, J) degrees on the arm joints."""
-    return values if all(n.endswith(".pos") for n in names) else np.rad2deg(values)
+def record_from_twin(tmp_path: Path, info: dict, root: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`robotrl record --robot so101 --teleop leader --cameras ...` against a running twin."""
+    args = ["--robot", "so101", "--port", info["follower_port"], "--robot-id", info["robot_id"]]
+    args += ["--teleop", "leader", "--leader-port", info["leader_port"], "--leader-id", info["leader_id"]]
+    args += ["--cameras", info["cameras"], *flags, "--root", str(root)]
+    return subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", "record", *args],
+        env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp_path: Path) -> None:
@@ -193,16 +201,9 @@ def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp
 
     proc, info = start_twin(tmp_path)
     root = tmp_path / "ds"
-    args = ["--robot", "so101", "--port", info["follower_port"], "--robot-id", info["robot_id"]]
-    args += ["--teleop", "leader", "--leader-port", info["leader_port"], "--leader-id", info["leader_id"]]
-    args += ["--cameras", info["cameras"], "--episodes", "2", "--max-seconds", "2", "--task", "pick the cube"]
     try:
-        ran = subprocess.run(
-            [sys.executable, "-m", "robotrl.cli", "record", *args, "--root", str(root)],
-            env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
-            capture_output=True,
-            text=True,
-            timeout=300,
+        ran = record_from_twin(
+            tmp_path, info, root, "--episodes", "2", "--episode-time-s", "2", "--task", "pick the cube"
         )
     finally:
         stop_twin(proc)
@@ -210,9 +211,11 @@ def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp
     assert proc.returncode == 0, (tmp_path / "twin.err").read_text()[-3000:]
     ds = LeRobotDataset("local/ds", root=root)
     assert ds.meta.total_episodes == 2 and ds.meta.total_frames == 120  # 2 x 2 s at 30 Hz
-    names = ds.meta.features["observation.state"]["names"]
-    state = _in_degrees(np.stack([np.asarray(v) for v in ds.hf_dataset["observation.state"]]), names)
-    action = _in_degrees(np.stack([np.asarray(v) for v in ds.hf_dataset["action"]]), names)
+    # lerobot's native convention, as lerobot-record writes an SO-101: degrees under "<joint>.pos".
+    assert ds.meta.robot_type == "so101_follower"
+    assert ds.meta.features["observation.state"]["names"][0] == "shoulder_pan.pos"
+    state = np.stack([np.asarray(v) for v in ds.hf_dataset["observation.state"]])
+    action = np.stack([np.asarray(v) for v in ds.hf_dataset["action"]])
     first = state[:60, :5]
     assert np.ptp(first, axis=0).max() > 20, np.ptp(first, axis=0)  # the expert moved the arm tens of degrees
     # The follower reaches the leader's command a few ticks later (bus ticks on both sides,
@@ -225,3 +228,59 @@ def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp
         frames = np.stack([ds[i][key].numpy() for i in (0, 30, 59)])  # (3, 3, H, W) in [0, 1]
         assert frames.std(axis=(1, 2, 3)).min() > 0.02  # an image, not a flat frame
         assert np.abs(frames[0] - frames[-1]).mean() > 0.005, cam  # the arm moved in view
+
+
+def test_twin_round_trip_record_lerobot_train_act_and_serve_it_in_vlash_mode(tmp_path: Path) -> None:
+    """The real-arm path end to end on lerobot's drivers: 10 episodes from the leader with two
+    cameras -> lerobot-train ACT (lerobot's own trainer, in the project's venv) -> robotrl
+    serves that checkpoint on the twin in vlash mode, in the dataset's units."""
+    proc, info = start_twin(tmp_path, "--task", "reach", "--reset-every-s", "1.2")
+    root, out = tmp_path / "demos", tmp_path / "act"
+    try:
+        ran = record_from_twin(
+            tmp_path, info, root, "--episodes", "10", "--episode-time-s", "1", "--task", "touch the red ball"
+        )
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        train = [sys.executable, "-m", "lerobot.scripts.lerobot_train", "--dataset.repo_id=local/demos"]
+        train += [f"--dataset.root={root}", "--dataset.video_backend=pyav", "--policy.type=act", "--policy.device=cpu"]
+        train += ["--policy.push_to_hub=false", "--policy.pretrained_backbone_weights=null", "--policy.dim_model=32"]
+        train += ["--policy.dim_feedforward=64", "--policy.n_encoder_layers=1", "--policy.n_decoder_layers=1"]
+        train += ["--policy.chunk_size=8", "--policy.n_action_steps=8", "--steps=20", "--batch_size=4"]
+        train += ["--num_workers=0", "--save_freq=1000", f"--output_dir={out}", "--wandb.enable=false"]
+        trained = subprocess.run(train, env=ENV, capture_output=True, text=True, timeout=600)
+        assert trained.returncode == 0, trained.stderr[-3000:]
+        checkpoint = out / "checkpoints" / "last" / "pretrained_model"
+        config = json.loads((checkpoint / "config.json").read_text())
+        assert set(config["input_features"]) == {
+            "observation.state",
+            "observation.images.front",
+            "observation.images.wrist",
+        }
+        args = ["--robot", "so101", "--port", info["follower_port"], "--robot-id", info["robot_id"]]
+        args += [
+            "--cameras",
+            info["cameras"],
+            "--mode",
+            "vlash",
+            "--policy",
+            str(checkpoint),
+            "--task",
+            "touch the red ball",
+        ]
+        deployed = subprocess.run(
+            [sys.executable, "-m", "robotrl.cli", "deploy", *args, "--episodes", "1", "--max-seconds", "2"],
+            env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        stop_twin(proc)
+    assert deployed.returncode == 0, deployed.stderr[-3000:]
+    row = next(line.split() for line in deployed.stdout.splitlines() if line.startswith("0 "))
+    ticks, missed = int(row[2]), int(row[3])
+    assert ticks == 60 and missed <= 6, deployed.stdout  # 2 s at 30 Hz on the twin's wall clock
+    assert "arm read (motors and cameras, ms): p50" in deployed.stdout
+    from robotrl.policies.loading import load_policy
+
+    assert load_policy(checkpoint).joints.name == "lerobot"  # served in the dataset's degrees
