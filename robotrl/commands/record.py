@@ -106,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
         summary, before, after, writer = _record(args, session)
     finally:
         session.close()
-    _report(args, summary, before, after)
+    from robotrl.record.pack import pack
+
+    files = pack(args.root) if after > before else None
+    _report(args, summary, before, after, files)
     if args.push_to_hub:
         url = writer.push_to_hub(private=args.private)
         print(f"pushed to {url}")
@@ -164,7 +167,7 @@ def _record(args: argparse.Namespace, session) -> tuple:
     return summary, before, writer.num_episodes, writer
 
 
-def _report(args: argparse.Namespace, s, before: int, after: int) -> None:
+def _report(args: argparse.Namespace, s, before: int, after: int, files: tuple[int, int] | None) -> None:
     from robotrl.report.table import format_table
 
     realtime_ratio = s.encode_s / s.recorded_s if s.recorded_s else 0.0
@@ -183,6 +186,7 @@ def _report(args: argparse.Namespace, s, before: int, after: int) -> None:
                 ("loop wall time (s)", round(s.loop_wall_s, 2)),
                 ("save/encode time (s)", round(s.encode_s, 2)),
                 ("save time / episode time", round(realtime_ratio, 3)),
+                ("data and video files", "-" if files is None else f"{files[0]} -> {files[1]} (packed like lerobot)"),
             ],
         )
     )

@@ -403,3 +403,33 @@ def test_reset_time_drives_the_arm_between_episodes_without_recording(tmp_path):
     env.close()
     assert summary.episodes_saved == 3 and len(load(tmp_path / "reset")) == summary.frames
     assert teleop.reads == summary.frames + 2 * 20  # two resets between three episodes, none after the last
+
+
+def test_a_finished_recording_is_packed_into_lerobots_files_and_resumes(tmp_path):
+    """Per-episode files while recording (crash safety), lerobot's packed layout when the
+    session ends: one parquet and one video per camera, the same frames, and a later
+    --resume appends and packs again."""
+    from robotrl.record.pack import data_files
+
+    root = tmp_path / "packed"
+    args = ["record", "--task", "reach", "--root", str(root), "--image-size", "32"]
+    assert main([*args, "--episodes", "3"]) == 0
+    assert [p.relative_to(root).as_posix() for p in data_files(root)] == [
+        "data/chunk-000/file-000.parquet",
+        "videos/observation.images.front/chunk-000/file-000.mp4",
+        "videos/observation.images.wrist/chunk-000/file-000.mp4",
+    ]
+    first = episode_actions(root)
+    frame = load(root)[100]["observation.images.front"]
+    assert main([*args, "--episodes", "2", "--resume", "--seed", "5"]) == 0
+    assert len(data_files(root)) == 3
+    after = episode_actions(root)
+    assert sorted(after) == [0, 1, 2, 3, 4]
+    for episode, actions in first.items():
+        np.testing.assert_array_equal(after[episode], actions)
+    ds = load(root)
+    assert ds.num_episodes == 5 and torch_equal(ds[100]["observation.images.front"], frame)
+
+
+def torch_equal(a, b) -> bool:
+    return bool((a == b).all())

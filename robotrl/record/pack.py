@@ -1,0 +1,70 @@
+"""Pack a recording into lerobot's file layout once its session ends.
+
+While recording, every episode is finalized and committed on its own (`commit.py`), so a
+crash loses at most the episode in progress; lerobot then starts new data and video files
+for the next episode. `lerobot-record` instead keeps its writers open and packs episodes
+into files of up to 100 MB (data) and 200 MB (video), losing all of an open file in a
+crash. `pack` gives the finished dataset lerobot's layout: lerobot's own aggregation copies
+it beside itself with the episodes concatenated (videos remuxed, not re-encoded), the copy
+is checked (same episodes and frames), fsynced and committed, and swapped in with
+`replace_dir`, so a crash while packing leaves the unpacked dataset or the packed one.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from robotrl.fsutil import fsync_file, replace_dir
+from robotrl.record.commit import COMMIT_DIR, commit
+
+
+def data_files(root: Path) -> list[Path]:
+    """The dataset's parquet and video files (metadata and robotrl's commit excluded)."""
+    return sorted(p for folder in ("data", "videos") for p in (root / folder).rglob("*") if p.is_file())
+
+
+def pack(root: Path) -> tuple[int, int]:
+    """Repack the dataset at `root` as lerobot-record lays one out; (files before, after).
+    A dataset with at most one file per feature is left as it is."""
+    from lerobot.datasets.aggregate import aggregate_datasets
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+    before = data_files(root)
+    videos = {p.parent.parent for p in before if p.suffix == ".mp4"}  # videos/<key>/chunk-*/file-*.mp4
+    if len(before) <= 1 + len(videos):
+        return len(before), len(before)
+    repo_id = f"local/{root.name}"
+    packed, backup = root.with_name(root.name + ".packing"), root.with_name(root.name + ".unpacked")
+    shutil.rmtree(packed, ignore_errors=True)
+    aggregate_datasets([repo_id], repo_id, roots=[root], aggr_root=packed)
+    fix_episode_meta_indices(packed)
+    old, new = LeRobotDatasetMetadata(repo_id, root=root), LeRobotDatasetMetadata(repo_id, root=packed)
+    if (new.total_episodes, new.total_frames) != (old.total_episodes, old.total_frames):
+        shutil.rmtree(packed)
+        raise RuntimeError(
+            f"packing {root} gave {new.total_episodes} episodes / {new.total_frames} frames, "
+            f"not {old.total_episodes} / {old.total_frames}; the dataset is left unpacked"
+        )
+    for path in packed.rglob("*"):
+        if path.is_file() and COMMIT_DIR not in path.parts:
+            fsync_file(path)
+    commit(packed)
+    replace_dir(packed, root, backup)
+    return len(before), len(data_files(root))
+
+
+def fix_episode_meta_indices(root: Path) -> None:
+    """Point each episode's `meta/episodes/{chunk,file}_index` at the file its row is in.
+    lerobot 0.6.1's aggregation keeps the source's per-episode file indices while it packs
+    the rows into fewer files; the next `LeRobotDataset.resume` then numbers new files
+    after them and a later aggregation looks for files that do not exist."""
+    import pandas as pd
+
+    for path in sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet")):
+        chunk, file = int(path.parent.name.removeprefix("chunk-")), int(path.stem.removeprefix("file-"))
+        table = pd.read_parquet(path)
+        if (table["meta/episodes/chunk_index"] == chunk).all() and (table["meta/episodes/file_index"] == file).all():
+            continue
+        table["meta/episodes/chunk_index"], table["meta/episodes/file_index"] = chunk, file
+        table.to_parquet(path, index=False)
