@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from robotrl.core.devices import DEFAULT_DEVICE, check_device
 from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, WrongRobotId
 from robotrl.core.policy import (
     ActionChunk,
@@ -102,6 +103,11 @@ class ServeJob:
     """Seed of the policy's sampling noise."""
     curve_keys: Path | None = None
     """Folder with server.key_secret and allowed_clients/ (CURVE), or None."""
+    device: str = DEFAULT_DEVICE
+    """Where the policy runs: auto (a free GPU, else the CPU), cpu, cuda or cuda:N."""
+
+    def __post_init__(self) -> None:
+        check_device(self.device)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Policy checkpoints: a folder with `model.safetensors` (weights) and `config.json`
 (policy type, config, normalisation statistics, vocabulary, code version).
 
-Weights are only ever read with safetensors: no pickle, no `torch.load`.
+Weights are only ever read with safetensors: no pickle, no `torch.load`. They are written
+from the CPU and read onto the CPU whatever device made them (a policy then moves itself),
+so a checkpoint made on a GPU loads on a CPU-only machine.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def write_checkpoint(path: Path, policy_type: str, tensors: dict[str, torch.Tens
         "joint_units": JOINT_UNITS,
         **payload,
     }
-    _atomic(path / WEIGHTS_FILE, lambda p: save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(p)))
+    cpu = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    _atomic(path / WEIGHTS_FILE, lambda p: save_file(cpu, str(p)))
     _atomic(path / CONFIG_FILE, lambda p: p.write_text(json.dumps(doc, indent=2)))
 
 
@@ -89,7 +92,7 @@ def read_checkpoint(path: Path, policy_type: str) -> tuple[dict, dict[str, torch
     weights = Path(path) / WEIGHTS_FILE
     if not weights.is_file():
         raise ConfigError(f"checkpoint {path} has no {WEIGHTS_FILE}")
-    return doc, load_file(str(weights))
+    return doc, load_file(str(weights), device="cpu")
 
 
 def save_weights_bytes(tensors: dict[str, torch.Tensor]) -> bytes:

@@ -15,14 +15,15 @@ from robotrl.policies.checkpoint import read_config
 POLICY_TYPES = ("fastslow_flow", "sac", "dsrl")
 
 
-def load_policy(path: Path, *, seed: int = 0) -> ChunkPolicy:
-    """Load the checkpoint folder at `path`; the folder alone is enough. A folder whose
-    files cannot be read (truncated, corrupt, from another version) is a `ConfigError`
-    naming the folder and the reason."""
+def load_policy(path: Path, *, seed: int = 0, device: str = "cpu") -> ChunkPolicy:
+    """Load the checkpoint folder at `path` onto `device` (auto, cpu, cuda, cuda:N),
+    whatever device it was made on; the folder alone is enough. A folder whose files
+    cannot be read (truncated, corrupt, from another version) is a `ConfigError` naming
+    the folder and the reason."""
     from safetensors import SafetensorError
 
     try:
-        return _load(Path(path), seed)
+        return _load(Path(path), seed, device)
     except (SafetensorError, OSError, KeyError, RuntimeError, ValueError) as exc:
         if isinstance(exc, (ConfigError, FileNotFoundError)):  # already say what is wrong
             raise
@@ -32,25 +33,25 @@ def load_policy(path: Path, *, seed: int = 0) -> ChunkPolicy:
         ) from None
 
 
-def _load(path: Path, seed: int) -> ChunkPolicy:
+def _load(path: Path, seed: int, device: str) -> ChunkPolicy:
     doc = read_config(path)
     policy_type = doc.get("policy_type")
     if policy_type == "fastslow_flow":
         from robotrl.policies.fastslow.policy import FastSlowPolicy
 
-        return FastSlowPolicy.load(path, seed=seed)
+        return FastSlowPolicy.load(path, seed=seed, device=device)
     if policy_type == "sac":
         from robotrl.policies.sac.policy import SacChunkPolicy
 
-        return SacChunkPolicy.load(path, seed=seed)
+        return SacChunkPolicy.load(path, seed=seed, device=device)
     if policy_type == "dsrl":
         from robotrl.policies.sac.noise_policy import DsrlChunkPolicy
 
-        return DsrlChunkPolicy.load(path, seed=seed)
+        return DsrlChunkPolicy.load(path, seed=seed, device=device)
     if policy_type is None and "type" in doc:
         from robotrl.policies.lerobot_adapter.policy import LerobotChunkPolicy
 
-        return LerobotChunkPolicy.from_pretrained(path, seed=seed)
+        return LerobotChunkPolicy.from_pretrained(path, seed=seed, device=device)
     raise ConfigError(
         f"checkpoint {path} holds an unknown policy type {policy_type!r}; "
         f"robotrl serves {', '.join(POLICY_TYPES)} and lerobot pretrained_model folders"

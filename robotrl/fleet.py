@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar, NoReturn
 
+from robotrl.core.devices import FleetGpu
 from robotrl.core.errors import ConfigError
 from robotrl.hardware.models import ARMS
 
@@ -23,6 +25,8 @@ ROLES = ("recorder", "deploy_client", "inference_server", "learner")
 ROBOT_ROLES = ("recorder", "deploy_client")
 GPU_ROLES = ("inference_server", "learner")
 DRIVERS = ("lerobot", "sim")
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""Host names that always mean this machine (besides its own name)."""
 
 
 def _fail(path: str, message: str) -> NoReturn:
@@ -238,6 +242,17 @@ class Fleet:
         entries = [(f"robots.{r.name}", r.roles) for r in self.robots]
         entries += [(f"gpus.{g.name}", g.roles) for g in self.gpus]
         return {role: tuple(name for name, roles in entries if role in roles) for role in ROLES}
+
+    def local_gpu(self, role: str) -> FleetGpu | None:
+        """The first `[gpus.*]` entry serving `role` on this machine (host localhost or this
+        machine's name), or None: what `--device auto` takes for that role."""
+        if role not in GPU_ROLES:
+            raise ConfigError(f"{role!r} is not a GPU role ({', '.join(GPU_ROLES)})")
+        here = {*LOCAL_HOSTS, socket.gethostname(), socket.getfqdn()}
+        for gpu in self.gpus:
+            if role in gpu.roles and gpu.host in here:
+                return FleetGpu(f"gpus.{gpu.name}", gpu.index, role)
+        return None
 
     def to_dict(self) -> dict:
         """Plain JSON-able form, with the role assignments."""

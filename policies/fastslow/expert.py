@@ -21,7 +21,7 @@ from robotrl.policies.fastslow.objects import ObjectSelector
 
 def time_features(tau: torch.Tensor, dim: int = 64) -> torch.Tensor:
     """(B,) flow time in [0, 1] -> (B, dim) sinusoidal features."""
-    freqs = torch.exp(torch.linspace(0, math.log(1000.0), dim // 2, dtype=tau.dtype))
+    freqs = torch.exp(torch.linspace(0, math.log(1000.0), dim // 2, dtype=tau.dtype, device=tau.device))
     angles = tau[:, None] * freqs[None] * math.pi
     return torch.cat([angles.sin(), angles.cos()], dim=1)
 

@@ -70,7 +70,7 @@ def rtc_guided_velocity(
     """
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)
-        tau_rows = torch.full(x.shape[:2], float(tau), dtype=x.dtype)
+        tau_rows = torch.full(x.shape[:2], float(tau), dtype=x.dtype, device=x.device)
         v = velocity(x, tau_rows)
         a1_hat = x + (1 - tau) * v
         err = (target - a1_hat) * weights[None, :, None]
@@ -103,7 +103,7 @@ def sample(
         if guide is not None:
             v = rtc_guided_velocity(velocity, x, tau, guide[0], guide[1], guide[2])
         else:
-            tau_rows = torch.full((b, h), tau, dtype=x.dtype)
+            tau_rows = torch.full((b, h), tau, dtype=x.dtype, device=x.device)
             if prefix is not None and prefix_rows > 0:
                 tau_rows[:, :prefix_rows] = 1.0
             v = velocity(x, tau_rows)

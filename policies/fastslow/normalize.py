@@ -61,6 +61,7 @@ class Normalizer:
             self.ee_mean = np.asarray(self.ee_mean, np.float32)
             self.ee_std = np.maximum(np.asarray(self.ee_std, np.float32), STATE_STD_FLOOR)
         self._t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.to_arrays().items()}
+        self._moved: dict[tuple[str, torch.device], torch.Tensor] = {}  # statistics on other devices
 
     @property
     def in_ee(self) -> bool:
@@ -164,11 +165,22 @@ class Normalizer:
         """Short hash of the statistics (PolicyMetadata.normalization_id)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
+    def stat(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """Statistic `name` (a key of `to_arrays`) on the device of `like` (moved once per
+        device): the maths runs where its inputs are."""
+        t = self._t[name]
+        if t.device == like.device:
+            return t
+        key = (name, like.device)
+        if key not in self._moved:
+            self._moved[key] = t.to(like.device)
+        return self._moved[key]
+
     def state(self, state: torch.Tensor) -> torch.Tensor:
-        return (state - self._t["state_mean"]) / self._t["state_std"]
+        return (state - self.stat("state_mean", state)) / self.stat("state_std", state)
 
     def env(self, env: torch.Tensor) -> torch.Tensor:
-        return (env - self._t["env_mean"]) / self._t["env_std"]
+        return (env - self.stat("env_mean", env)) / self.stat("env_std", env)
 
     def fresh(
         self,
@@ -183,7 +195,7 @@ class Normalizer:
         if env is not None:
             parts.append(self.env(env))
         if ee is not None:
-            parts.append((ee - self._t["ee_mean"]) / self._t["ee_std"])
+            parts.append((ee - self.stat("ee_mean", ee)) / self.stat("ee_std", ee))
         if relative_object_dim:
             if env is None or ee is None:
                 raise ValueError("relative_object_dim needs both env and ee")
@@ -202,11 +214,12 @@ class Normalizer:
     def encode_chunk(self, actions_rad: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
         """(B, H', A) radians (H' <= H rows from the chunk start) -> normalised."""
         h, a = actions_rad.shape[1:]
-        mean, std = self._t["action_mean"], self._t["action_std"]
+        mean, std = self.stat("action_mean", actions_rad), self.stat("action_std", actions_rad)
         rows, start = actions_rad, state_rad[:, :a]
-        if self.in_ee:
-            rows = torch.from_numpy(self.ee_actions.to_ee(rows.numpy()))
-            start = torch.from_numpy(self.ee_actions.to_ee(start.numpy()))
+        if self.in_ee:  # kinematics in numpy on the CPU
+            device = actions_rad.device
+            rows = torch.from_numpy(self.ee_actions.to_ee(rows.cpu().numpy())).to(device)
+            start = torch.from_numpy(self.ee_actions.to_ee(start.cpu().numpy())).to(device)
         if self.is_delta:
             return (rows - start[:, None] - mean[:h]) / std[:h]
         return (rows - mean) / std
@@ -214,15 +227,15 @@ class Normalizer:
     def decode_chunk(self, x: torch.Tensor, state_rad: torch.Tensor) -> torch.Tensor:
         """(B, H, A) normalised -> absolute joint targets, radians. End-effector rows go
         back to joints by IK seeded with the state."""
-        rows = x * self._t["action_std"] + self._t["action_mean"]
+        rows = x * self.stat("action_std", x) + self.stat("action_mean", x)
         start = state_rad[:, : x.shape[2]]
         if not self.in_ee:
             return rows + start[:, None] if self.is_delta else rows
-        seeds = start.numpy()
-        rows = rows.numpy() + (self.ee_actions.to_ee(seeds)[:, None] if self.is_delta else 0.0)
+        seeds = start.detach().cpu().numpy()  # inverse kinematics in numpy on the CPU
+        rows = rows.detach().cpu().numpy() + (self.ee_actions.to_ee(seeds)[:, None] if self.is_delta else 0.0)
         return torch.from_numpy(
             np.stack([self.ee_actions.to_joints(r, q) for r, q in zip(rows, seeds)]).astype(np.float32)
-        )
+        ).to(x.device)
 
 
 def object_offsets_dm(env: torch.Tensor, ee: torch.Tensor, object_dim: int) -> torch.Tensor:

@@ -12,6 +12,11 @@ trainer samples it the same way (delayed-latent + VLASH offset augmentation).
 
 Deterministic: the initial noise of a chunk comes from a `torch.Generator` seeded with
 (`seed`, `obs.tick`), so the same observation always gives the same chunk.
+
+Devices (`robotrl.policies.device`): the model, the latents and the flow sampling (RTC
+guidance included) run on the model's device (`to(device)`, `load(..., device=)`); the
+per-request features (normalised state, end-effector kinematics) and the noise are made on
+the CPU and moved, and chunks come back as numpy on the CPU.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
+from robotrl.policies.device import module_device, to_device, torch_device
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
@@ -72,6 +78,16 @@ class FastSlowPolicy:
         self._generator = torch.Generator()
         self._ee_features = EndEffectorFeatures(self.config.ee_features_arm) if self.config.ee_features_arm else None
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return module_device(self.model)
+
+    def to(self, device: str | torch.device) -> FastSlowPolicy:
+        """Move the model to `device` (auto, cpu, cuda, cuda:N); returns the policy."""
+        self.model.to(torch_device(device))
+        return self
+
     # --- ChunkPolicy -------------------------------------------------------------------
     @property
     def metadata(self) -> PolicyMetadata:
@@ -94,10 +110,12 @@ class FastSlowPolicy:
 
     @torch.no_grad()
     def encode_slow(self, obs: PolicyObservation) -> torch.Tensor:
-        """Slow pathway: (T, W) latent tokens from `obs.images` and `obs.instruction`."""
-        images = [self._image(obs, cam) for cam in self.config.cameras]
+        """Slow pathway: (T, W) latent tokens (on the model's device) from `obs.images` and
+        `obs.instruction`."""
+        device = self.device
+        images = [to_device(self._image(obs, cam), device) for cam in self.config.cameras]
         tokens = torch.from_numpy(self.vocab.encode(obs.instruction, self.config.max_words))[None]
-        return self.model.encode_slow(images, tokens)[0]
+        return self.model.encode_slow(images, tokens.to(device))[0]
 
     def predict_chunk(
         self, obs: PolicyObservation, latent: torch.Tensor | None = None, latent_age_ticks: int = 0
@@ -116,6 +134,7 @@ class FastSlowPolicy:
             )
         if latent_age_ticks < 0 or obs.delay_ticks < 0:
             raise ValueError("latent_age_ticks and obs.delay_ticks must be >= 0")
+        device = self.device
         fresh = self._fresh(state, [obs])
         age = torch.tensor([latent_age_ticks + obs.delay_ticks])
         self._generator.manual_seed(tick_seed(self.seed, obs.tick, FLOW_NOISE_SALT))
@@ -124,12 +143,13 @@ class FastSlowPolicy:
         with torch.no_grad():
             kwargs: dict[str, Any] = {}
             if prefix is not None and c.rtc_train:
-                kwargs = {"prefix": prefix, "prefix_rows": rows}
+                kwargs = {"prefix": prefix.to(device), "prefix_rows": rows}
             elif prefix is not None and self.rtc_guidance:
                 weights = flow.rtc_weights(c.horizon, c.execute_steps, rows)
                 weights[self._prefix_len(obs) :] = 0.0
-                kwargs = {"guide": (prefix, weights, c.rtc_beta)}
-            x = self.model.sample_chunk(latent[None], age, fresh, noise, **kwargs)
+                kwargs = {"guide": (prefix.to(device), weights.to(device), c.rtc_beta)}
+            inputs = to_device((latent[None], age, fresh, noise), device)
+            x = self.model.sample_chunk(*inputs, **kwargs).float().cpu()
             actions = self.normalizer.decode_chunk(x, state)[0].numpy().astype(np.float64)
         if prefix is not None and rows > 0:  # rows that execute anyway stay exactly as committed
             actions[:rows] = np.asarray(obs.prefix_rad, dtype=np.float64)[:rows]
@@ -155,7 +175,8 @@ class FastSlowPolicy:
             for o in obs:
                 self._generator.manual_seed(tick_seed(self.seed, o.tick, FLOW_NOISE_SALT))
                 noise.append(torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale)
-            x = self.model.sample_chunk(torch.stack([latents[i] for i in batch]), ages, fresh, torch.cat(noise))
+            inputs = to_device((torch.stack([latents[i] for i in batch]), ages, fresh, torch.cat(noise)), self.device)
+            x = self.model.sample_chunk(*inputs).float().cpu()
             actions = self.normalizer.decode_chunk(x, states).numpy().astype(np.float64)
             for row, (i, o) in enumerate(zip(batch, obs)):
                 chunks[i] = ActionChunk(actions[row], o.tick + o.delay_ticks, self.version)
@@ -169,7 +190,8 @@ class FastSlowPolicy:
 
     def load_weights(self, data: bytes) -> None:
         """Replace the model's weights with safetensors bytes from `weights_bytes` (a
-        learner's update); the tensor names and shapes must match exactly."""
+        learner's update); the tensor names and shapes must match exactly. The new
+        weights are copied onto the model's device."""
         self.model.load_state_dict(load_weights_bytes(data, self.model.state_dict()))
 
     # --- checkpoints -------------------------------------------------------------------
@@ -188,14 +210,16 @@ class FastSlowPolicy:
         )
 
     @classmethod
-    def load(cls, path: Path, *, seed: int = 0) -> FastSlowPolicy:
+    def load(cls, path: Path, *, seed: int = 0, device: str | torch.device = "cpu") -> FastSlowPolicy:
+        """The checkpoint at `path`, read onto the CPU and moved to `device`."""
         doc, tensors = read_checkpoint(path, POLICY_TYPE)
         config = FastSlowConfig.from_dict(doc["config"])
         vocab = Vocabulary(doc["vocabulary"])
         model = FastSlowModel(config, len(vocab))
         model.load_state_dict(tensors)
         version = int(doc.get("training", {}).get("step", 0))
-        return cls(model, Normalizer.from_dict(doc["normalization"]), vocab, seed=seed, version=version)
+        policy = cls(model, Normalizer.from_dict(doc["normalization"]), vocab, seed=seed, version=version)
+        return policy.to(device)
 
     def _fresh(self, states: torch.Tensor, observations: list[PolicyObservation]) -> torch.Tensor:
         """(B, fresh_dim) normalised fast-pathway features of (B, S) (forwarded) states."""

@@ -33,8 +33,8 @@ class SpatialSoftArgmax(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
         attn = torch.softmax(x.flatten(2), dim=-1).view(b, c, h, w)
-        ys = torch.linspace(-1, 1, h, dtype=x.dtype)
-        xs = torch.linspace(-1, 1, w, dtype=x.dtype)
+        ys = torch.linspace(-1, 1, h, dtype=x.dtype, device=x.device)
+        xs = torch.linspace(-1, 1, w, dtype=x.dtype, device=x.device)
         return torch.cat([(attn.sum(2) * xs).sum(-1), (attn.sum(3) * ys).sum(-1)], dim=1)
 
 

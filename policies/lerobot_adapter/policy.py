@@ -25,10 +25,24 @@ Observation mapping: `state_rad` -> `observation.state`, `images[cam]` (H, W, 3)
 `task`. Policies with `n_obs_steps > 1` (Diffusion's default is 2) are given the current
 observation repeated, as lerobot does at an episode's start: the adapter is stateless,
 so serve them with `n_obs_steps=1` when history matters.
+
+Batches (`BatchedPolicy`): `predict_chunks` answers many robots with one forward pass
+(`predict_chunk` is the batch of one). ACT's chunk is a function of its inputs, so a
+robot's chunk is the same in a batch as alone (within float tolerance). Diffusion starts
+every robot from its own noise, seeded by (seed, tick); the denoising steps of lerobot's
+DDPM scheduler then draw more noise for the whole batch, so a batched Diffusion chunk is
+a sample from the same distribution, equal to the lone one only with DDIM.
+
+Devices: `from_pretrained(path, device=...)` loads the model onto `device` whatever
+device the checkpoint was trained on (a `lerobot-train` folder from a GPU box says
+`"device": "cuda"` in `config.json` and `policy_preprocessor.json`): lerobot's
+`device_processor` step of the pre-processor is overridden to the serving device, the
+post-processor's to the CPU. Images travel to the device as uint8 and become float there.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +53,14 @@ from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.core.seeds import tick_seed
 from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
+from robotrl.policies.device import module_device, to_device, torch_device
 from robotrl.policies.lerobot_adapter.units import checkpoint_convention
 
 STATE_KEY = "observation.state"
 ENV_KEY = "observation.environment_state"
 IMAGE_PREFIX = "observation.images."
+DEVICE_STEP = "device_processor"
+"""lerobot's processor step that moves a batch to a device (registry name)."""
 
 
 class LerobotChunkPolicy:
@@ -78,22 +95,46 @@ class LerobotChunkPolicy:
         self._state_dim = int(feats[STATE_KEY].shape[0])
         self._action_dim = int(self.config.output_features["action"].shape[0])
         self._uses_env = ENV_KEY in feats
+        _point_device_steps(self.preprocessor, self.device)  # inputs go where the model is
 
     @classmethod
-    def from_pretrained(cls, path: Path, *, control_rate_hz: float = 30.0, seed: int = 0) -> LerobotChunkPolicy:
-        """Load a local lerobot `pretrained_model` folder (no hub access)."""
+    def from_pretrained(
+        cls, path: Path, *, control_rate_hz: float = 30.0, seed: int = 0, device: str | torch.device = "cpu"
+    ) -> LerobotChunkPolicy:
+        """Load a local lerobot `pretrained_model` folder (no hub access) onto `device`,
+        whatever device it was trained on."""
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"no lerobot pretrained_model folder at {path} (missing config.json)")
+        device = torch_device(device)
         config = PreTrainedConfig.from_pretrained(str(path))
-        config.device = "cpu"
+        config.device = str(device)  # lerobot reads the weights onto it
         policy = get_policy_class(config.type).from_pretrained(str(path), config=config)
-        pre, post = make_pre_post_processors(config, pretrained_path=str(path))
+        pre, post = make_pre_post_processors(
+            config,
+            pretrained_path=str(path),
+            preprocessor_overrides=_device_override(path / "policy_preprocessor.json", device),
+            postprocessor_overrides=_device_override(path / "policy_postprocessor.json", torch.device("cpu")),
+        )
         joints = checkpoint_convention(path, pre)
         return cls(policy, pre, post, control_rate_hz=control_rate_hz, seed=seed, joints=joints)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return module_device(self.policy)
+
+    def to(self, device: str | torch.device) -> LerobotChunkPolicy:
+        """Move the model to `device`, and the pre-processor's device step with it (the
+        post-processor still hands actions back on the CPU); returns the policy."""
+        device = torch_device(device)
+        self.policy.to(device)
+        self.config.device = str(device)
+        _point_device_steps(self.preprocessor, device)
+        return self
 
     @property
     def metadata(self) -> PolicyMetadata:
@@ -122,47 +163,106 @@ class LerobotChunkPolicy:
     def reset(self) -> None:
         self.policy.reset()
 
-    @torch.no_grad()
     def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
-        batch = self.preprocessor(self._frame(obs))
+        return self.predict_chunks([obs])[0]
+
+    @torch.no_grad()
+    def predict_chunks(self, observations: list[PolicyObservation]) -> list[ActionChunk]:
+        """One forward pass for the observations of many robots: (H, A) chunks in radians,
+        each starting at its observation's `tick + delay_ticks` (see the module docstring)."""
+        batch = self.preprocessor(self._batch(observations))
         n_obs = int(getattr(self.config, "n_obs_steps", 1))
         if n_obs > 1:
             batch = {
                 k: v.unsqueeze(1).expand(-1, n_obs, *v.shape[1:]) if torch.is_tensor(v) else v for k, v in batch.items()
             }
-        torch.manual_seed(tick_seed(self.seed, obs.tick))  # diffusion noise: same obs, same chunk
+        torch.manual_seed(tick_seed(self.seed, observations[0].tick))  # diffusion's step noise: same obs, same chunk
         self.policy.reset()  # stateless: never serve from lerobot's internal action queue
-        actions = self.postprocessor(self.policy.predict_action_chunk(batch))
-        actions = actions.detach().cpu().numpy().astype(np.float64)
-        if actions.ndim == 3:
-            actions = actions[0]
-        return ActionChunk(self.joints.to_radians(actions), obs.tick + obs.delay_ticks, self.version)
+        kwargs = {"noise": self._noise(observations)} if self.config.type == "diffusion" else {}
+        actions = self.postprocessor(self.policy.predict_action_chunk(batch, **kwargs))
+        actions = actions.detach().float().cpu().numpy().astype(np.float64)
+        if actions.ndim == 2:
+            actions = actions[None]
+        return [
+            ActionChunk(self.joints.to_radians(rows), obs.tick + obs.delay_ticks, self.version)
+            for rows, obs in zip(actions, observations)
+        ]
 
-    def _frame(self, obs: PolicyObservation) -> dict:
+    def _noise(self, observations: list[PolicyObservation]) -> torch.Tensor:
+        """(B, horizon, A) initial diffusion noise, each row from its own (seed, tick), drawn
+        on the CPU (the same noise on every device)."""
+        shape = (1, int(self.config.horizon), self._action_dim)
+        seeds = [tick_seed(self.seed, obs.tick) for obs in observations]
+        rows = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in seeds]
+        return torch.cat(rows).to(self.device)
+
+    def _batch(self, observations: list[PolicyObservation]) -> dict:
+        """The lerobot batch of `observations` on the model's device: (B, S) state, per
+        camera (B, 3, h, w) float in [0, 1], (B, E) env_state, B task strings."""
+        device = self.device
+        states = np.stack([self._state(obs) for obs in observations])
+        batch: dict = {STATE_KEY: to_device(torch.from_numpy(states), device)}
+        batch["task"] = [obs.instruction for obs in observations]
+        for key in self._image_keys:
+            cam = key[len(IMAGE_PREFIX) :]
+            images = [self._image(obs, cam) for obs in observations]
+            batch[key] = _to_chw_float(images, self._image_shapes[key], device)
+        if self._uses_env:
+            if any(obs.env_state is None for obs in observations):
+                raise ValueError(f"this policy reads {ENV_KEY}; the observation has no env_state")
+            env = np.stack([np.asarray(obs.env_state, dtype=np.float32) for obs in observations])
+            batch[ENV_KEY] = to_device(torch.from_numpy(env), device)
+        return batch
+
+    def _state(self, obs: PolicyObservation) -> np.ndarray:
         state = np.asarray(obs.state_rad, dtype=np.float32)
         if state.shape != (self._state_dim,):
             raise ValueError(f"state_rad has shape {state.shape}, expected ({self._state_dim},)")
-        stored = self.joints.from_radians(state).astype(np.float32)
-        frame: dict = {STATE_KEY: torch.from_numpy(stored), "task": obs.instruction}
-        for key in self._image_keys:
-            cam = key[len(IMAGE_PREFIX) :]
-            if cam not in obs.images:
-                raise ValueError(
-                    f"observation has no image from camera {cam!r} (the policy reads "
-                    f"{[k[len(IMAGE_PREFIX) :] for k in self._image_keys]})"
-                )
-            frame[key] = _to_chw_float(np.asarray(obs.images[cam]), self._image_shapes[key], cam)
-        if self._uses_env:
-            if obs.env_state is None:
-                raise ValueError(f"this policy reads {ENV_KEY}; the observation has no env_state")
-            frame[ENV_KEY] = torch.as_tensor(np.asarray(obs.env_state, dtype=np.float32))
-        return frame
+        return self.joints.from_radians(state).astype(np.float32)
+
+    def _image(self, obs: PolicyObservation, camera: str) -> np.ndarray:
+        if camera not in obs.images:
+            raise ValueError(
+                f"observation has no image from camera {camera!r} (the policy reads "
+                f"{[k[len(IMAGE_PREFIX) :] for k in self._image_keys]})"
+            )
+        image = np.asarray(obs.images[camera])
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise ValueError(f"image {camera!r} has shape {image.shape} {image.dtype}, expected (H, W, 3) uint8")
+        return np.ascontiguousarray(image)
 
 
-def _to_chw_float(image: np.ndarray, shape: tuple[int, ...], camera: str) -> torch.Tensor:
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(f"image {camera!r} has shape {image.shape} {image.dtype}, expected (H, W, 3) uint8")
-    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 255.0
-    if tuple(x.shape[1:]) != tuple(shape[1:]):
-        x = F.interpolate(x[None], size=tuple(shape[1:]), mode="bilinear", align_corners=False)[0]
-    return x
+def _to_chw_float(images: list[np.ndarray], shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """(H, W, 3) uint8 images -> (B, 3, h, w) float in [0, 1] on `device` (moved as uint8,
+    resized there to the configured (3, h, w))."""
+    size = tuple(shape[1:])
+    if len({image.shape for image in images}) == 1:  # one transfer, one resize for the batch
+        x = to_device(torch.from_numpy(np.stack(images)), device).permute(0, 3, 1, 2).float() / 255.0
+        if len(images) == 1:  # the strides a lone image always had (conv kernels choose by layout)
+            x = x[0].unsqueeze(0)
+        if tuple(x.shape[2:]) != size:  # contiguous, as a lone image's resize is (same kernels, same numbers)
+            x = F.interpolate(x, size=size, mode="bilinear", align_corners=False).contiguous()
+        return x
+    return torch.cat([_to_chw_float([image], shape, device) for image in images])
+
+
+def _device_override(processor_file: Path, device: torch.device) -> dict:
+    """`{"device_processor": {"device": ...}}` when the saved pipeline has that step, else
+    {} (lerobot refuses an override of a step the pipeline lacks)."""
+    try:
+        steps = json.loads(processor_file.read_text()).get("steps", [])
+    except (OSError, ValueError):
+        return {}  # lerobot's loader says what is wrong with the file
+    if any(step.get("registry_name") == DEVICE_STEP for step in steps if isinstance(step, dict)):
+        return {DEVICE_STEP: {"device": str(device)}}
+    return {}
+
+
+def _point_device_steps(pipeline, device: torch.device) -> None:
+    """Point every lerobot device step of `pipeline` at `device`."""
+    from lerobot.processor.device_processor import DeviceProcessorStep
+
+    for step in getattr(pipeline, "steps", ()):
+        if isinstance(step, DeviceProcessorStep):
+            step.device = str(device)
+            step.__post_init__()

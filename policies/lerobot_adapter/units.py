@@ -31,7 +31,7 @@ def state_extent(preprocessor) -> float | None:
     for step in getattr(preprocessor, "steps", ()):
         if not hasattr(step, "state_dict") or not hasattr(step, "norm_map"):
             continue
-        stats = {k: v.numpy() for k, v in step.state_dict().items() if k.startswith(STATE_KEY + ".")}
+        stats = {k: v.cpu().numpy() for k, v in step.state_dict().items() if k.startswith(STATE_KEY + ".")}
         if f"{STATE_KEY}.min" in stats and f"{STATE_KEY}.max" in stats:
             return float(max(np.abs(stats[f"{STATE_KEY}.min"]).max(), np.abs(stats[f"{STATE_KEY}.max"]).max()))
         if f"{STATE_KEY}.mean" in stats and f"{STATE_KEY}.std" in stats:

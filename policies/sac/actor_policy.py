@@ -8,11 +8,13 @@ The checkpoint folder holds model.safetensors (the actor) and config.json: the a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
 import torch
 
 from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
+from robotrl.policies.device import module_device, to_device, torch_device
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import SacActor
 
@@ -35,19 +37,30 @@ class ActorPolicy:
     def reset(self) -> None:
         """Stateless between chunks: nothing to clear."""
 
+    @property
+    def device(self) -> torch.device:
+        """Where the actor runs."""
+        return module_device(self.actor)
+
+    def to(self, device: str | torch.device) -> Self:
+        """Move the actor to `device` (auto, cpu, cuda, cuda:N); returns the policy."""
+        self.actor.to(torch_device(device))
+        return self
+
     def _act(self, obs: dict[str, torch.Tensor], tick: int) -> torch.Tensor:
-        """(1, D) actor output in [-1, 1] for the observation dict `obs` taken at `tick`."""
+        """(1, D) actor output in [-1, 1], on the CPU, for the observation dict `obs` (CPU
+        tensors, moved to the actor's device) taken at `tick`."""
         self._generator.manual_seed(tick_seed(self.seed, tick, self.NOISE_SALT))
-        unit, _ = self.actor(obs, self._generator, self.deterministic)
-        return unit
+        unit, _ = self.actor(to_device(obs, self.device), self._generator, self.deterministic)
+        return unit.float().cpu()
 
     def weights_bytes(self) -> bytes:
         """Actor (encoder + head) weights as safetensors bytes."""
         return save_weights_bytes(self.actor.state_dict())
 
     def load_weights(self, data: bytes) -> None:
-        """Replace the actor's weights with safetensors bytes (names and shapes must match);
-        nothing else changes."""
+        """Replace the actor's weights with safetensors bytes (names and shapes must match),
+        copied onto the actor's device; nothing else changes."""
         self.actor.load_state_dict(load_weights_bytes(data, self.actor.state_dict()))
 
     def _write_actor(self, path: Path, policy_type: str, **payload) -> None:

@@ -34,12 +34,13 @@ def random_shift(images_u8: torch.Tensor, pad_px: int, generator: torch.Generato
     if pad_px == 0:
         return images_u8
     b, h, w, _ = images_u8.shape
+    device = images_u8.device  # the offsets are drawn on the generator's device (the CPU), the shift runs here
     padded = F.pad(images_u8.permute(0, 3, 1, 2).float(), (pad_px,) * 4, mode="replicate")
-    dy = torch.randint(0, 2 * pad_px + 1, (b,), generator=generator)
-    dx = torch.randint(0, 2 * pad_px + 1, (b,), generator=generator)
-    rows = (dy[:, None] + torch.arange(h)[None])[:, :, None]  # (B, h, 1)
-    cols = (dx[:, None] + torch.arange(w)[None])[:, None, :]  # (B, 1, w)
-    shifted = padded.permute(0, 2, 3, 1)[torch.arange(b)[:, None, None], rows, cols]  # (B, h, w, 3)
+    dy = torch.randint(0, 2 * pad_px + 1, (b,), generator=generator).to(device)
+    dx = torch.randint(0, 2 * pad_px + 1, (b,), generator=generator).to(device)
+    rows = (dy[:, None] + torch.arange(h, device=device)[None])[:, :, None]  # (B, h, 1)
+    cols = (dx[:, None] + torch.arange(w, device=device)[None])[:, None, :]  # (B, 1, w)
+    shifted = padded.permute(0, 2, 3, 1)[torch.arange(b, device=device)[:, None, None], rows, cols]  # (B, h, w, 3)
     return shifted.to(torch.uint8)
 
 
@@ -134,7 +135,9 @@ class ActorHead(nn.Module):
         if deterministic:
             u = mean
         else:
-            eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+            # drawn where the generator lives (a CPU generator: the same noise on every device)
+            at = generator.device if generator is not None else mean.device
+            eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=at).to(mean.device)
             u = mean + log_std.exp() * eps
         return torch.tanh(u), tanh_gaussian_log_prob(u, mean, log_std)
 

@@ -16,6 +16,7 @@ import torch
 
 from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.policies.device import to_device, torch_device
 from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.sac.actor_policy import ActorPolicy, read_actor
 from robotrl.policies.sac.networks import SacActor
@@ -70,12 +71,20 @@ class DsrlChunkPolicy(ActorPolicy):
         if self.actor.config.env_state_dim:
             actor_obs["env_state"] = flow._env_state(obs)
         unit = self._act(actor_obs, obs.tick)
-        noise = (self.noise_bound * unit).reshape(1, c.horizon, c.action_dim)
+        device = flow.device
+        noise = (self.noise_bound * unit).reshape(1, c.horizon, c.action_dim).to(device)
         latent = flow.encode_slow(obs)
-        age = torch.tensor([obs.delay_ticks])
-        x = flow.model.sample_chunk(latent[None], age, flow._fresh(state, [obs]), noise)
+        age, fresh = to_device((torch.tensor([obs.delay_ticks]), flow._fresh(state, [obs])), device)
+        x = flow.model.sample_chunk(latent[None], age, fresh, noise).float().cpu()
         actions = flow.normalizer.decode_chunk(x, state)[0].numpy().astype(np.float64)
         return ActionChunk(actions, obs.tick + obs.delay_ticks, self.version)
+
+    def to(self, device: str | torch.device) -> DsrlChunkPolicy:
+        """Move the noise actor and the flow to `device`; returns the policy."""
+        device = torch_device(device)
+        self.actor.to(device)
+        self.flow.to(device)
+        return self
 
     def save(self, path: Path) -> None:
         """Checkpoint folder: the noise actor (model.safetensors + config.json) and the flow
@@ -85,7 +94,8 @@ class DsrlChunkPolicy(ActorPolicy):
         self.flow.save(path / FLOW_FOLDER)
 
     @classmethod
-    def load(cls, path: Path, *, seed: int = 0) -> DsrlChunkPolicy:
+    def load(cls, path: Path, *, seed: int = 0, device: str | torch.device = "cpu") -> DsrlChunkPolicy:
+        """The checkpoint at `path`, read onto the CPU and moved to `device`."""
         actor, doc, version = read_actor(path, POLICY_TYPE)
         flow = FastSlowPolicy.load(Path(path) / FLOW_FOLDER, seed=seed)
-        return cls(flow, actor, float(doc["noise_bound"]), seed=seed, version=version)
+        return cls(flow, actor, float(doc["noise_bound"]), seed=seed, version=version).to(device)

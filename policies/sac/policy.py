@@ -107,6 +107,7 @@ class SacChunkPolicy(ActorPolicy):
         self._write_actor(path, POLICY_TYPE)
 
     @classmethod
-    def load(cls, path: Path, *, seed: int = 0) -> SacChunkPolicy:
+    def load(cls, path: Path, *, seed: int = 0, device: str | torch.device = "cpu") -> SacChunkPolicy:
+        """The checkpoint at `path`, read onto the CPU and moved to `device`."""
         actor, _, version = read_actor(path, POLICY_TYPE)
-        return cls(actor, seed=seed, version=version)
+        return cls(actor, seed=seed, version=version).to(device)

@@ -80,11 +80,16 @@ class BenchSetup:
     """Speed toward the jumped reach target that counts as reacting."""
     lag_deadband_rad: float | None = None
     """vlash modes: the arm joints' `carry_lag` deadband (rad); None forwards the targets alone."""
+    device: str = "cpu"
+    """Where the checkpoint's model runs: "cpu" or "cuda:N"."""
 
     def fingerprint(self) -> str:
         """Hash of the fields and of the checkpoint files' modification times (a checkpoint
-        trained again in the same folder invalidates cached episodes)."""
+        trained again in the same folder invalidates cached episodes); the CPU device is
+        left out, so episodes cached before devices existed still count."""
         doc = asdict(self)
+        if self.device == "cpu":
+            del doc["device"]
         if self.checkpoint is not None:
             doc["checkpoint_mtime_ns"] = max((f.stat().st_mtime_ns for f in Path(self.checkpoint).iterdir()), default=0)
         return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
@@ -109,17 +114,17 @@ class Cell:
 
 
 _ENVS: dict[tuple, TaskEnv] = {}
-_POLICIES: dict[str, ChunkPolicy] = {}
+_POLICIES: dict[tuple[str, str], ChunkPolicy] = {}
 _KINEMATICS: dict[str, Kinematics] = {}
 
 
-def load_checkpoint(path: str) -> ChunkPolicy:
-    """The checkpoint's `ChunkPolicy`, loaded once per process."""
-    if path not in _POLICIES:
+def load_checkpoint(path: str, device: str = "cpu") -> ChunkPolicy:
+    """The checkpoint's `ChunkPolicy` on `device`, loaded once per process."""
+    if (path, device) not in _POLICIES:
         from robotrl.policies.loading import load_policy
 
-        _POLICIES[path] = load_policy(Path(path))
-    return _POLICIES[path]
+        _POLICIES[path, device] = load_policy(Path(path), device=device)
+    return _POLICIES[path, device]
 
 
 def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) -> TaskEnv:
@@ -134,7 +139,7 @@ def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) 
 
     cameras = ()
     if setup.checkpoint is not None:
-        meta = load_checkpoint(setup.checkpoint).metadata
+        meta = load_checkpoint(setup.checkpoint, setup.device).metadata
         cameras = tuple(CameraSpec(c, meta.image_size_px, meta.image_size_px) for c in meta.cameras)
     env = TaskEnv(setup.task, scenario, cameras=cameras, clock=clock)
     if clock is None:
@@ -144,13 +149,13 @@ def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) 
 
 def chunk_horizon(setup: BenchSetup) -> int:
     """H of the policy the cells run."""
-    return load_checkpoint(setup.checkpoint).metadata.horizon if setup.checkpoint else setup.horizon
+    return load_checkpoint(setup.checkpoint, setup.device).metadata.horizon if setup.checkpoint else setup.horizon
 
 
 def run_cell(setup: BenchSetup, cell: Cell) -> dict:
     """Run `cell`'s stepped episode; its JSON-ready metrics record."""
     env = make_env(setup, cell.scenario)
-    policy = load_checkpoint(setup.checkpoint) if setup.checkpoint else None
+    policy = load_checkpoint(setup.checkpoint, setup.device) if setup.checkpoint else None
     horizon = chunk_horizon(setup)
     delay = cell.delay
     episode = run_stepped_episode(

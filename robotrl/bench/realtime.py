@@ -95,7 +95,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
         raise ValueError(f"real-time mode must be one of {REALTIME_MODES}, got {cell.mode!r}")
     env = make_env(setup, cell.scenario, clock=WallClock())
     policy = (
-        load_checkpoint(setup.checkpoint)
+        load_checkpoint(setup.checkpoint, setup.device)
         if setup.checkpoint
         else ExpertChunkPolicy(env.make_expert(cell.seed), setup.horizon, env.spec)
     )

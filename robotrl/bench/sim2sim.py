@@ -86,7 +86,7 @@ def run(
     progress: bool = True,
 ) -> dict:
     """Run (or resume) the stepped and real-time episodes; write report.md, results.json, plots."""
-    uses_camera = bool(setup.checkpoint and load_checkpoint(setup.checkpoint).metadata.cameras)
+    uses_camera = bool(setup.checkpoint and load_checkpoint(setup.checkpoint, setup.device).metadata.cameras)
     vs = variants(delay_a, latency_b, jitter, uses_camera)
     start = time.perf_counter()
     cells = [Cell(v.scenario, m, v.delay, seed0 + i) for v in vs if v.stepped for m in modes for i in range(episodes)]

@@ -6,12 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
+from robotrl.commands.flags import add_device_arguments, resolve_device
+
 BENCHES = {
     "sim": "control-step rate of SafeRobot(SimRobot) vs raw mj_step, render fps at 224x224",
     "record": "recording frames/s vs camera fps (paced and unpaced), dropped frames, save time",
     "transport": "inference round trip on loopback (state + 2 images -> 50x6 chunk): robotrl ZMQ vs lerobot gRPC",
     "policy": "success rate (Wilson 95%) of a chunk policy checkpoint in stepped sim, synchronous chunk execution",
-    "serve": "chunks/s one inference server delivers to 1, 4 and 8 robots (closed loop, loopback)",
+    "serve": "chunks/s one inference server delivers to 1, 4 and 8 robots (closed loop, loopback), round trips p50/p99",
     "latency": "sync / naive / vlash / vlash+rtc / ACT ensembling under injected inference delay (stepped sim): "
     "success, speedup, reaction time, staleness, boundary jumps; report.md + plots",
     "sim2sim": "scenario A -> A vs A -> B per perturbation (physics, sensing, latency, control jitter), stepped "
@@ -22,8 +24,8 @@ BENCHES = {
     "hostile": "a well-behaved robot's chunk latency p50/p99 alone and while hostile peers send 10,000 bad frames "
     "(garbage, truncations, bit flips, huge shapes, bad dtypes, wrong versions, bad multipart, a 50 MB frame, another "
     "robot's id); dead threads, wrong replies, RSS growth",
-    "learner": "SAC updates/s (batch 256, utd 2, CPU, 1 thread) vs lerobot's SACAlgorithm on equal networks, "
-    "state-only and with one 64x64 camera",
+    "learner": "SAC updates/s (batch 256, utd 2; on the CPU 1 thread) vs lerobot's SACAlgorithm on equal networks "
+    "on the same device, state-only and with 64x64 cameras",
 }
 
 
@@ -80,6 +82,7 @@ def _policy_arguments(parser: argparse.ArgumentParser) -> None:
         help="checkpoint folder (robotrl train output or lerobot pretrained_model)",
     )
     _task_arguments(parser, scenario=True)
+    add_device_arguments(parser)
     parser.add_argument("--execute-steps", type=int, help="rows executed per chunk (default: the checkpoint's)")
     parser.add_argument("--slow-every", type=int, default=1, help="chunks per slow-latent refresh (default: 1)")
     parser.add_argument(
@@ -95,6 +98,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="checkpoint folder (robotrl train output or lerobot pretrained_model)",
     )
     _repeats(parser, "seconds per robot count")
+    parser.add_argument("--robots", default="1,4,8", help="comma-separated robot counts (default: %(default)s)")
+    add_device_arguments(parser)
 
 
 def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes: str, delays: str) -> None:
@@ -111,6 +116,7 @@ def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes
         "--modes", help=f"comma-separated modes of sync, naive, vlash, vlash+rtc, ensemble (default: {modes})"
     )
     parser.add_argument("--horizon", type=int, default=16, help="H of the scripted expert (default: 16)")
+    add_device_arguments(parser)
     parser.add_argument(
         "--threshold",
         type=float,
@@ -186,10 +192,6 @@ def _bench_hostile(args: argparse.Namespace) -> dict:
     return results
 
 
-def _no_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
-
-
 def _bench_sim(args: argparse.Namespace) -> dict:
     from robotrl.bench import sim_rates
     from robotrl.report.table import format_table
@@ -257,9 +259,11 @@ def _bench_policy(args: argparse.Namespace) -> dict:
         raise UserError("--episodes and --slow-every must be at least 1")
     import torch
 
-    torch.set_num_threads(1)  # small models: a second OpenMP thread only helps on an idle machine
+    device = resolve_device(args.device)
+    if device == "cpu":
+        torch.set_num_threads(1)  # small models: a second OpenMP thread only helps on an idle machine
     results = evaluate(
-        load_policy(args.policy),
+        load_policy(args.policy, device=device),
         args.task,
         args.episodes,
         scenario=args.scenario,
@@ -277,11 +281,26 @@ def _bench_serve(args: argparse.Namespace) -> dict:
     from robotrl.policies.loading import load_policy
     from robotrl.report.table import format_table
 
-    rows = serve.run(load_policy(args.policy), seconds=float(args.repeats))
-    print(format_table(tuple(rows[0]), [tuple(r.values()) for r in rows]))
-    ok = rows[-1]["speedup_vs_1"] >= 4.0
-    print(f"target (8 robots >= 4x the chunks/s of 1): {'met' if ok else 'MISSED'} ({rows[-1]['speedup_vs_1']:.2f}x)")
-    return {"checkpoint": str(args.policy), "rows": rows}
+    counts = _counts(args.robots)
+    device = resolve_device(args.device)
+    rows = serve.run(load_policy(args.policy, device=device), seconds=float(args.repeats), robot_counts=counts)
+    print(format_table(tuple(rows[0]), [tuple(round(v, 3) for v in r.values()) for r in rows]))
+    if 8 in counts and counts[0] == 1:
+        speedup = rows[counts.index(8)]["speedup_vs_1"]
+        print(f"target (8 robots >= 4x the chunks/s of 1): {'met' if speedup >= 4.0 else 'MISSED'} ({speedup:.2f}x)")
+    return {"checkpoint": str(args.policy), "device": device, "rows": rows}
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    from robotrl.core.errors import UserError
+
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise UserError(f"--robots {text!r}: give robot counts like 1,4,8")
+    return counts
 
 
 def _bench_latency(args: argparse.Namespace) -> dict:
@@ -356,6 +375,7 @@ def _setup(args: argparse.Namespace):
         horizon=args.horizon,
         execute_horizon=args.execute_steps or 15,
         threshold=args.threshold,
+        device=resolve_device(args.device) if args.policy is not None else "cpu",
     )
 
 
@@ -411,11 +431,20 @@ def _bench_buffer(args: argparse.Namespace) -> dict:
     return results
 
 
+def _learner_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--updates", type=int, default=20, help="timed updates per row (default: %(default)s)")
+    parser.add_argument("--cameras", type=int, default=1, help="64x64 cameras of the image rows (default: %(default)s)")
+    add_device_arguments(parser)
+
+
 def _bench_learner(args: argparse.Namespace) -> dict:
     from robotrl.bench import learner
+    from robotrl.core.errors import UserError
     from robotrl.report.table import format_table
 
-    results = learner.run()
+    if args.updates < 1 or args.cameras < 1:
+        raise UserError("--updates and --cameras must be at least 1")
+    results = learner.run(updates=args.updates, cameras=args.cameras, device=resolve_device(args.device))
     columns = ("implementation", "inputs", "updates_per_s", "parameters")
     print(format_table(columns, [tuple(row[c] for c in columns) for row in results["rows"]]))
     print(results["equal_networks"])
@@ -432,7 +461,7 @@ _PARSERS = {
     "sim2sim": (BENCHES["sim2sim"], _sim2sim_arguments),
     "buffer": (BENCHES["buffer"], _buffer_arguments),
     "hostile": (BENCHES["hostile"], _hostile_arguments),
-    "learner": (BENCHES["learner"], _no_arguments),
+    "learner": (BENCHES["learner"], _learner_arguments),
 }
 
 _BENCH_RUNNERS = {

@@ -41,3 +41,41 @@ def apply_fleet(args: Any) -> None:
     arm = load_fleet(args.fleet).arm(args.fleet_robot)
     args.robot, args.port, args.cameras = arm["robot"], arm["port"], arm["cameras"]
     args.robot_id = arm["robot_id"] or args.robot_id
+
+
+DEVICE_HELP = (
+    "where the model runs: auto (the GPU a --fleet file gives this role, else the GPU with the most free "
+    "memory, else the CPU), cpu, cuda (= cuda:0) or cuda:N"
+)
+
+
+def add_device_arguments(parser: Any, *, role: str | None = None, config: type | None = None) -> None:
+    """`--device` (default from `config.device`, else auto) and, for a command with a
+    fleet `role` (inference_server, learner), `--fleet FILE` to look its GPU up."""
+    from robotrl.core.devices import DEFAULT_DEVICE
+
+    if config is not None:
+        add_field(parser, "--device", config, DEVICE_HELP)
+    else:
+        parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"{DEVICE_HELP} (default: %(default)s)")
+    if role is not None:
+        parser.add_argument(
+            "--fleet",
+            metavar="FILE",
+            help=f"fleet file (TOML): --device auto takes the GPU its [gpus.*] entries give the {role} role here",
+        )
+
+
+def resolve_device(requested: str, *, role: str | None = None, fleet: str | None = None) -> str:
+    """The device for `--device requested` ("cpu" or "cuda:N"); prints the chosen device
+    and its free memory. A bad value or a GPU this machine lacks is a `UserError`."""
+    from robotrl.policies.device import select_device
+
+    gpu = None
+    if fleet is not None and role is not None and requested == "auto":
+        from robotrl.fleet import load_fleet
+
+        gpu = load_fleet(fleet).local_gpu(role)
+    choice = select_device(requested, gpu)
+    print(choice.line(role), flush=True)
+    return choice.device

@@ -96,11 +96,16 @@ def _check(args: argparse.Namespace) -> Path:
 def _start_learner_and_server(
     args: argparse.Namespace, out: Path, transitions: str, weights: str, endpoint: str, procs: list[subprocess.Popen]
 ) -> None:
+    from robotrl.commands.flags import resolve_device
     from robotrl.core.config import save_config
     from robotrl.inference.server import ServeJob, ServerConfig
     from robotrl.learn import launch
 
-    job = learner_job(args, out=out / "learner", buffer=out / "buffer", transitions=transitions, weights=weights)
+    devices = {
+        role: resolve_device(args.device, role=role, fleet=args.fleet) for role in ("learner", "inference_server")
+    }
+    out_dirs = {"out": out / "learner", "buffer": out / "buffer"}
+    job = learner_job(args, **out_dirs, transitions=transitions, weights=weights, device=devices["learner"])
     with open(out / "learner.log", "a") as log:
         procs.append(
             subprocess.Popen(
@@ -110,7 +115,7 @@ def _start_learner_and_server(
     served = out / "learner" / "served"
     (served / "config.json").unlink(missing_ok=True)  # resumed: wait for the learner's fresh one
     launch.wait_for(served / "config.json", procs[0], "learner", out / "learner.log")
-    serve = ServeJob(served, ServerConfig(endpoint=endpoint, weights_from=weights))
+    serve = ServeJob(served, ServerConfig(endpoint=endpoint, weights_from=weights), device=devices["inference_server"])
     procs.append(launch.start_server(serve, out / "server.json", log=out / "server.log"))
     launch.wait_for_server(endpoint, procs[1])
     print(f"learner ({args.algo}) -> {out / 'learner'}; server {endpoint} takes its weights", flush=True)

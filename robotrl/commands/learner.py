@@ -14,7 +14,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from robotrl.commands.flags import add_field
+from robotrl.commands.flags import add_device_arguments, add_field, resolve_device
 from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
 from robotrl.learn.job import LearnerJob
@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "weights channels and hear only those keys",
     )
     add_learning_arguments(parser)
+    parser.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="fleet file (TOML): --device auto takes the GPU its [gpus.*] entries give the learner role here",
+    )
     spec = parser.add_argument_group("transition spec (what executors send; default: from --policy, else these)")
     spec.add_argument("--spec", type=Path, help="TransitionSpec JSON file (e.g. OUT/spec.json of another run)")
     spec.add_argument("--state-dim", type=int, default=6, help="joints in the state (default: 6)")
@@ -102,12 +107,14 @@ def add_learning_arguments(parser: argparse.ArgumentParser) -> None:
     learn.add_argument("--minutes", type=float, help="stop after this many minutes of this session")
     add_field(learn, "--learner-seed", LearnerConfig, "the learner's seed", field="seed")
     add_field(learn, "--threads", LearnerJob, "torch CPU threads of the learner")
+    add_device_arguments(learn, config=LearnerJob)
 
 
 def learner_job(
-    args: argparse.Namespace, *, out: Path, buffer: Path, transitions: str, weights: str, spec=None
+    args: argparse.Namespace, *, out: Path, buffer: Path, transitions: str, weights: str, device: str, spec=None
 ) -> LearnerJob:
-    """The `LearnerJob` of the options of `add_learning_arguments`."""
+    """The `LearnerJob` of the options of `add_learning_arguments`, training on `device`
+    (resolved from `--device`)."""
     try:
         loop = LearnerConfig(
             out=out,
@@ -138,6 +145,7 @@ def learner_job(
         staleness_cap=args.staleness_cap,
         fsync=not args.no_fsync,
         threads=args.threads,
+        device=device,
     )
 
 
@@ -147,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.config is not None:
         job = load_config(LearnerJob, args.config)
+        job = replace(job, device=resolve_device(job.device, role="learner", fleet=args.fleet))
     else:
         if args.buffer is None or args.out is None:
             raise UserError("give --buffer and --out (or --config FILE)")
@@ -156,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
             buffer=args.buffer,
             transitions=args.transitions,
             weights=args.weights,
+            device=resolve_device(args.device, role="learner", fleet=args.fleet),
             spec=_flag_spec(args),
         )
         job = replace(job, curve_keys=args.curve_keys)

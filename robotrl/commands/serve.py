@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from robotrl.commands.flags import add_field
+from robotrl.commands.flags import add_device_arguments, add_field, resolve_device
 from robotrl.inference.server import ServeJob, ServerConfig
 
 STATUS_EVERY_S = 10.0
@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         field="step_rad",
     )
     add_field(parser, "--seed", ServeJob, "seed of the policy's sampling noise")
+    add_device_arguments(parser, role="inference_server", config=ServeJob)
     parser.add_argument(
         "--weights-from",
         metavar="tcp://HOST:PORT",
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
     job = _job(args)
     check_bindable(job.server.endpoint)  # a port in use fails now, not after the model loads
-    policy = load_policy(job.policy, seed=job.seed)
+    device = resolve_device(job.device, role="inference_server", fleet=args.fleet)
+    policy = load_policy(job.policy, seed=job.seed, device=device)
     config = replace(job.server, max_step_rad=(job.step_rad,) * policy.metadata.action_dim)
     server = PolicyServer(policy, config, curve=_curve(job.curve_keys))
     server.start()
@@ -103,7 +105,7 @@ def _job(args: argparse.Namespace) -> ServeJob:
         weights_from=args.weights_from,
         weights_keys=args.learner_keys,
     )
-    return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys)
+    return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys, args.device)
 
 
 def _report_until_stopped(server) -> int:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from robotrl.commands.flags import add_field
+from robotrl.commands.flags import add_device_arguments, add_field, resolve_device
 from robotrl.core.errors import UserError
 from robotrl.policies.fastslow.config import ACTION_MODES, FastSlowConfig
 from robotrl.sim.tasks import TASKS
@@ -103,12 +103,19 @@ def _add_augmentation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Optimisation, seed, threads, checkpoints, evaluation, budget (`TrainConfig`)."""
+    """Optimisation, seed, threads, device, checkpoints, evaluation, budget (`TrainConfig`)."""
     add_field(parser, "--steps", TrainConfig, "optimizer steps")
     add_field(parser, "--batch-size", TrainConfig, "examples per step")
     add_field(parser, "--lr", TrainConfig, "peak learning rate")
     add_field(parser, "--seed", TrainConfig, "training seed")
-    add_field(parser, "--threads", TrainConfig, "torch CPU threads, at most 2; use 2 only on an otherwise idle machine")
+    add_field(
+        parser,
+        "--threads",
+        TrainConfig,
+        "torch CPU threads, on the CPU at most 2 (use 2 only on an otherwise idle machine)",
+    )
+    add_device_arguments(parser, config=TrainConfig)
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast of the forward pass (CUDA only)")
     add_field(parser, "--save-every", TrainConfig, "checkpoint period in steps")
     add_field(parser, "--eval-every", TrainConfig, "evaluation period in steps (0: at the end only)")
     add_field(parser, "--eval-episodes", TrainConfig, "simulated episodes per evaluation")
@@ -153,6 +160,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         shift_px=args.shift_px,
         seed=args.seed,
         threads=args.threads,
+        device=resolve_device(args.device),
+        bf16=args.bf16,
         save_every=args.save_every,
         eval_every=args.eval_every,
         eval_episodes=args.eval_episodes,

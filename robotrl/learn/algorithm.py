@@ -78,8 +78,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
 
 
 def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A module's tensors, cloned (a checkpoint must not alias live weights)."""
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    """A module's tensors, copied to the CPU (a checkpoint must not alias live weights, and
+    loads on any device)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
 
 
 def config_json(config) -> str:

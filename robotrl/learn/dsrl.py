@@ -26,6 +26,7 @@ from robotrl.core.learning import Sampler
 from robotrl.learn.algorithm import batch_metrics
 from robotrl.learn.hil_flow import check_policy_spec, flow_inputs
 from robotrl.learn.sac_core import SacCore, SacCoreConfig
+from robotrl.policies.device import CPU, to_device
 from robotrl.policies.fastslow import flow as flow_math
 from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.sac.config import SacNetConfig
@@ -71,10 +72,18 @@ class Dsrl(SacCore):
     name = "dsrl"
     config: DsrlConfig
 
-    def __init__(self, spec: TransitionSpec, policy: FastSlowPolicy, config: DsrlConfig, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        spec: TransitionSpec,
+        policy: FastSlowPolicy,
+        config: DsrlConfig,
+        *,
+        seed: int = 0,
+        device: torch.device = CPU,
+    ) -> None:
         c = policy.config
         check_policy_spec(spec, c)
-        self.flow = policy
+        self.flow = policy.to(device)
         policy.model.eval().requires_grad_(False)
         self.horizon = c.horizon
         net = SacNetConfig(
@@ -85,18 +94,20 @@ class Dsrl(SacCore):
             config.latent_dim,
             config.hidden_dims,
         )
-        super().__init__(net, config, -0.5 * net.action_dim, seed=seed)
+        super().__init__(net, config, -0.5 * net.action_dim, seed=seed, device=device)
 
     # --- flow helpers ------------------------------------------------------------------------
     def _condition(self, state, env_state, images, instruction) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Frozen flow conditioning (B, ...) at age 0, and the actor/critic observation dict."""
-        inputs = flow_inputs(self.flow, state, env_state, images, instruction)
+        """Frozen flow conditioning (B, ...) at age 0, and the actor/critic observation dict,
+        on the device."""
+        inputs = to_device(flow_inputs(self.flow, state, env_state, images, instruction), self.device)
         with torch.no_grad():
             latent = self.flow.model.encode_slow(inputs["images"], inputs["tokens"])
             fresh = self.flow.normalizer.fresh(
                 inputs["state"], inputs["env_state"], inputs["ee"], self.flow.config.relative_object_dim
             )
-            cond = self.flow.model.expert.condition(latent, torch.zeros(len(state), dtype=torch.long), fresh)
+            age = torch.zeros(len(state), dtype=torch.long, device=self.device)
+            cond = self.flow.model.expert.condition(latent, age, fresh)
         obs = {"state": inputs["state"]}
         if self.net.env_state_dim and inputs["env_state"] is not None:  # set whenever the net reads it
             obs["env_state"] = inputs["env_state"]
@@ -127,14 +138,17 @@ class Dsrl(SacCore):
         """Chunk TD: the executed chunk's Q regressed on the discounted real-row return
         plus gamma^n times the soft value of the next state."""
         cfg = self.config
-        ret, gamma_n = (torch.from_numpy(x) for x in chunk_returns(s.reward, s.mask, cfg.discount))
+        ret, gamma_n = to_device(
+            tuple(torch.from_numpy(x) for x in chunk_returns(s.reward, s.mask, cfg.discount)), self.device
+        )
         with torch.no_grad():
             next_cond, next_obs = self._condition(s.next_state, s.next_env_state, s.next_images, s.instruction)
             next_value = self._soft_next_value(next_obs, lambda unit: self._flow(next_cond, unit))
-            done = torch.from_numpy(np.asarray(s.done, np.float32))
+            done = torch.from_numpy(np.asarray(s.done, np.float32)).to(self.device)
             target = ret + gamma_n * (1.0 - done) * next_value
-            state = torch.from_numpy(np.asarray(s.state, np.float32))
-            executed = self.flow.normalizer.encode_chunk(torch.from_numpy(np.asarray(s.actions, np.float32)), state)
+            state = torch.from_numpy(np.asarray(s.state, np.float32)).to(self.device)
+            actions = torch.from_numpy(np.asarray(s.actions, np.float32)).to(self.device)
+            executed = self.flow.normalizer.encode_chunk(actions, state)
         return self._regress_critics(obs, executed.flatten(1), target)
 
     # --- serving ---------------------------------------------------------------------------

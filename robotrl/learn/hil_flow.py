@@ -33,6 +33,7 @@ from robotrl.learn.algorithm import (
     optimizer_state,
     soft_update,
 )
+from robotrl.policies.device import CPU
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
 from robotrl.policies.fastslow.model import FastSlowModel
@@ -198,7 +199,15 @@ small: tiny batches for tests and smoke runs."""
 class HilFlow:
     name = "hil-flow"
 
-    def __init__(self, spec: TransitionSpec, policy: FastSlowPolicy, config: HilFlowConfig, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        spec: TransitionSpec,
+        policy: FastSlowPolicy,
+        config: HilFlowConfig,
+        *,
+        seed: int = 0,
+        device: torch.device = CPU,
+    ) -> None:
         c = policy.config
         check_policy_spec(spec, c)
         missing = sorted(set(c.cameras) - set(spec.cameras))
@@ -208,7 +217,9 @@ class HilFlow:
                 f"{c.env_state_dim if c.use_env_state else 0} (spec has {spec.env_state_dim})"
             )
         self.config = config
-        self.policy = policy
+        self.device = device
+        """Where the flow trains; batches are moved here, random draws stay on the CPU."""
+        self.policy = policy.to(device)
         self.model = policy.model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.ema = self._policy_copy(self.model)
@@ -242,9 +253,9 @@ class HilFlow:
             loss = flow_matching_loss(
                 self.model,
                 self.policy.normalizer,
-                flow_batch(self.policy, sample, idx),
+                flow_batch(self.policy, sample, idx).to(self.device),
                 cfg.flow_samples,
-                row_weights=torch.from_numpy(weights[idx]),
+                row_weights=torch.from_numpy(weights[idx]).to(self.device),
             )
             self.torch_rng = torch.get_rng_state()
         self.optimizer.zero_grad(set_to_none=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from robotrl.buffer.spec import TransitionSpec
+from robotrl.core.devices import DEFAULT_DEVICE, check_device
 from robotrl.core.errors import UserError
 from robotrl.learn.learner import Learner, LearnerConfig
 
@@ -56,10 +57,16 @@ class LearnerJob:
     """fsync the buffer log (crash-safe); False is faster."""
     threads: int = 1
     """torch CPU threads."""
+    device: str = DEFAULT_DEVICE
+    """Where the algorithm trains: auto (a free GPU, else the CPU), cpu, cuda or cuda:N;
+    batches are moved there, checkpoints and published weights come back to the CPU."""
     curve_keys: Path | None = None
     """Folder with the learner's `server.key_secret` and `allowed_clients/` (the actors'
     and servers' public keys): the transitions and weights channels are encrypted and
     only allowed keys are heard (CURVE). None: open, for loopback or a trusted network."""
+
+    def __post_init__(self) -> None:
+        check_device(self.device)
 
 
 def resolve_spec(job: LearnerJob) -> TransitionSpec:
@@ -93,6 +100,7 @@ def run_learner(job: LearnerJob) -> None:
     from robotrl.buffer.online import OnlineBuffer
     from robotrl.learn.learner import run_exists
     from robotrl.learn.registry import make_algorithm
+    from robotrl.policies.device import torch_device
     from robotrl.wire.keys import server_keys
     from robotrl.wire.weights import WeightPublisher, weight_endpoints
 
@@ -103,7 +111,13 @@ def run_learner(job: LearnerJob) -> None:
     spec = resolve_spec(job)
     pub_endpoint, latest_endpoint = weight_endpoints(job.weights)
     algorithm = make_algorithm(
-        job.algo, spec, policy_path=job.policy, preset=job.preset, overrides=job.overrides, seed=job.loop.seed
+        job.algo,
+        spec,
+        policy_path=job.policy,
+        preset=job.preset,
+        overrides=job.overrides,
+        seed=job.loop.seed,
+        device=torch_device(job.device),
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(spec.to_dict(), indent=1))

@@ -22,6 +22,7 @@ from robotrl.core.errors import ConfigError
 from robotrl.core.learning import Sampler
 from robotrl.learn.algorithm import batch_metrics
 from robotrl.learn.sac_core import SacCore, SacCoreConfig
+from robotrl.policies.device import CPU, to_device
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import random_shift
 from robotrl.policies.sac.policy import SacChunkPolicy, delta_to_unit, observation_tensors
@@ -63,7 +64,7 @@ class Sac(SacCore):
     name = "sac"
     config: SacConfig
 
-    def __init__(self, spec: TransitionSpec, config: SacConfig, *, seed: int = 0) -> None:
+    def __init__(self, spec: TransitionSpec, config: SacConfig, *, seed: int = 0, device: torch.device = CPU) -> None:
         net = SacNetConfig(
             spec.state_dim,
             spec.action_dim,
@@ -78,7 +79,7 @@ class Sac(SacCore):
         )
         if spec.action_dim > spec.state_dim:
             raise ConfigError(f"sac needs action_dim <= state_dim (deltas from the state), got {spec}")
-        super().__init__(net, config, config.target_entropy_per_dim * spec.action_dim, seed=seed)
+        super().__init__(net, config, config.target_entropy_per_dim * spec.action_dim, seed=seed, device=device)
 
     # --- one update ------------------------------------------------------------------------
     def update(self, buffer: Sampler, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
@@ -95,15 +96,18 @@ class Sac(SacCore):
         )
 
     def _tensors(self, s: TransitionSample):
-        """(obs, unit action (B, A), reward (B,), done (B,) float, next_obs); images shifted."""
-        obs = self._augment(observation_tensors(s.state, s.env_state, s.images, self.net))
-        next_obs = self._augment(observation_tensors(s.next_state, s.next_env_state, s.next_images, self.net))
+        """(obs, unit action (B, A), reward (B,), done (B,) float, next_obs) on the device;
+        images (moved as uint8) shifted there."""
+        device = self.device
+        obs = self._augment(to_device(observation_tensors(s.state, s.env_state, s.images, self.net), device))
+        next_obs = observation_tensors(s.next_state, s.next_env_state, s.next_images, self.net)
+        next_obs = self._augment(to_device(next_obs, device))
         unit = torch.from_numpy(
             delta_to_unit(np.asarray(s.action, np.float32), np.asarray(s.state, np.float32), self.net.max_step_rad)
         )
         reward = torch.as_tensor(np.asarray(s.reward, np.float32))
         done = torch.as_tensor(np.asarray(s.done, np.float32))
-        return obs, unit, reward, done, next_obs
+        return obs, *to_device((unit, reward, done), device), next_obs
 
     def _augment(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {

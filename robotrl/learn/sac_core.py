@@ -32,6 +32,7 @@ from robotrl.learn.algorithm import (
     soft_update,
 )
 from robotrl.policies.checkpoint import save_weights_bytes
+from robotrl.policies.device import CPU
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import CriticEnsemble, SacActor
 
@@ -92,15 +93,26 @@ class SacCore:
 
     name: str
 
-    def __init__(self, net: SacNetConfig, config: SacCoreConfig, target_entropy: float, *, seed: int) -> None:
+    def __init__(
+        self,
+        net: SacNetConfig,
+        config: SacCoreConfig,
+        target_entropy: float,
+        *,
+        seed: int,
+        device: torch.device = CPU,
+    ) -> None:
         self.net = net
         self.config = config
         self.seed = seed
+        self.device = device
+        """Where the networks train; batches are moved here, random draws stay on the CPU."""
         torch.manual_seed(seed)
-        self.actor = SacActor(net)
-        self.critic = CriticEnsemble(net, self.actor.encoder.out_dim)
+        self.actor = SacActor(net).to(device)
+        self.critic = CriticEnsemble(net, self.actor.encoder.out_dim).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = torch.nn.Parameter(torch.tensor(np.log(config.init_temperature), dtype=torch.float32))
+        log_alpha = torch.tensor(np.log(config.init_temperature), dtype=torch.float32, device=device)
+        self.log_alpha = torch.nn.Parameter(log_alpha)
         self.target_entropy = target_entropy
         self.optim = {
             "critic": torch.optim.Adam(self._critic_params(), lr=config.critic_lr),

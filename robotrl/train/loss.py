@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
+from robotrl.policies.device import to_device
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.normalize import Normalizer
@@ -32,10 +33,14 @@ class Batch:
     ee: torch.Tensor | None = None
     """(B, 9) end-effector features of `state`, when the policy uses them."""
 
+    def to(self, device: torch.device) -> Batch:
+        """The batch with every tensor on `device` (large ones through pinned memory)."""
+        return Batch(**{f.name: to_device(getattr(self, f.name), device) for f in fields(self)})
+
 
 def sample_tau(n: int) -> torch.Tensor:
     """(n,) flow times biased toward noise (pi0's Beta(1.5, 1), in our tau convention),
-    from torch's global generator."""
+    from torch's global (CPU) generator."""
     u = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0)).sample((n,))
     return 1.0 - (0.001 + 0.999 * u)
 
@@ -51,7 +56,9 @@ def flow_matching_loss(
 
     The slow latent and the conditioning are computed once per example and shared by
     `flow_samples` draws of (noise, tau). `row_weights` (B, H) >= 0 makes it the weighted
-    mean over rows (online fine-tuning: reward- and intervention-weighted rows)."""
+    mean over rows (online fine-tuning: reward- and intervention-weighted rows). The maths
+    runs on the batch's device; noise and times are drawn from torch's CPU generator and
+    moved, so a seed gives the same draws on every device."""
     latent = model.encode_slow(batch.images, batch.tokens)
     fresh = normalizer.fresh(batch.state, batch.env_state, batch.ee, model.config.relative_object_dim)
     cond = model.expert.condition(latent, batch.age, fresh)
@@ -60,12 +67,13 @@ def flow_matching_loss(
     n = flow_samples
     weight = batch.mask if row_weights is None else batch.mask * row_weights
     cond, x1, mask = cond.repeat_interleave(n, 0), x1.repeat_interleave(n, 0), weight.repeat_interleave(n, 0)
-    x0 = torch.randn_like(x1)
-    tau = sample_tau(b * n)
+    device = x1.device
+    x0 = torch.randn(x1.shape, dtype=x1.dtype).to(device)
+    tau = sample_tau(b * n).to(device)
     if batch.prefix_rows is not None:
         prefix = batch.prefix_rows.repeat_interleave(n, 0)
         tau_rows = flow.prefix_tau(tau, prefix, h)
-        mask = mask * (torch.arange(h)[None, :] >= prefix[:, None])
+        mask = mask * (torch.arange(h, device=device)[None, :] >= prefix[:, None])
     else:
         tau_rows = tau[:, None].expand(-1, h)
     x_tau = flow.interpolate(x0, x1, tau_rows)

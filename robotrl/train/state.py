@@ -28,7 +28,7 @@ def optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
     for idx, entry in sd["state"].items():
         for name, value in entry.items():
             if torch.is_tensor(value):
-                tensors[f"state.{idx}.{name}"] = value.detach().clone().contiguous()
+                tensors[f"state.{idx}.{name}"] = value.detach().cpu().clone().contiguous()
             else:
                 scalars[f"{idx}.{name}"] = value
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}

@@ -4,6 +4,12 @@ Augmentations (robotrl.train.sampling): VLASH offsets (image from t, state and c
 t + k), delayed latents (the slow latent sees frame t - j, the fast pathway is told the
 age), optional training-time RTC (a clean prefix of random length, loss on the rest).
 The checkpoint folder doubles as the resume point (model + optimizer + step + RNG).
+
+Devices: the model, the optimizer and every batch live on `TrainConfig.device`; batches
+are assembled on the CPU from the frames in RAM (the same draws on every device) and
+moved, images as uint8 (shifted on the device). On a GPU the next batch is assembled
+while the current step runs, and bf16 autocast is optional (`bf16`). On the CPU nothing
+changes: the same numbers as before devices existed, and at most 2 torch threads.
 """
 
 from __future__ import annotations
@@ -13,12 +19,15 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from robotrl.core.devices import DEFAULT_DEVICE, check_device
 from robotrl.core.errors import ConfigError
 from robotrl.policies.checkpoint import read_config
+from robotrl.policies.device import autocast, to_device, torch_device
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
 from robotrl.policies.fastslow.model import FastSlowModel
@@ -70,8 +79,13 @@ class TrainConfig:
     seed: int = 0
     """Seeds torch and numpy (batches, noise)."""
     threads: int = 1
-    """torch CPU threads, at most 2. One is the safe choice on the shared 2-core machines:
-    with another busy process, 2 OpenMP threads made a step 30x slower (measured)."""
+    """torch CPU threads; on the CPU device at most 2. One is the safe choice on the shared
+    2-core machines: with another busy process, 2 OpenMP threads made a step 30x slower
+    (measured). With a GPU they assemble the batches."""
+    device: str = DEFAULT_DEVICE
+    """Where the model trains: auto (a free GPU, else the CPU), cpu, cuda or cuda:N."""
+    bf16: bool = False
+    """bf16 autocast of the forward pass on a CUDA device (ignored on the CPU)."""
     save_every: int = 2_000
     """Checkpoint period in steps."""
     eval_every: int = 0
@@ -97,6 +111,7 @@ class TrainConfig:
             raise ConfigError("TrainConfig: evaluation needs a task (--task reach|pick_place)")
         if self.threads < 1:
             raise ConfigError("TrainConfig.threads must be >= 1")
+        check_device(self.device)
 
 
 @dataclass
@@ -158,7 +173,11 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, frames: FrameTable | None = None, progress: bool = True) -> None:
         self.cfg = cfg
         self.progress = progress
-        torch.set_num_threads(max(1, min(cfg.threads, 2)))
+        self.device = torch_device(cfg.device)
+        on_cpu = self.device.type == "cpu"
+        torch.set_num_threads(max(1, min(cfg.threads, 2)) if on_cpu else cfg.threads)
+        if cfg.bf16 and on_cpu:
+            log.warning("bf16 autocast applies on a CUDA device only; training in fp32 on the CPU")
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         resume_doc = read_config(cfg.out) if _has_training_state(cfg.out) else None
@@ -190,8 +209,9 @@ class Trainer:
             self.vocab = Vocabulary.build(self.frames.tasks)
             self.normalizer = fit_normalizer(self.frames, self.config, self.ee)
         self.tokens = torch.from_numpy(self.vocab.encode_many(self.frames.tasks, self.config.max_words))
-        self.model = FastSlowModel(self.config, len(self.vocab))
+        self.model = FastSlowModel(self.config, len(self.vocab)).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self._prefetched: tuple[Batch, Any] | None = None  # (next batch, numpy RNG state before it)
         self.step = 0
         self.losses: list[tuple[int, float]] = []
         self.evals: list[dict] = []
@@ -212,6 +232,7 @@ class Trainer:
         log.info("resumed %s at step %d", self.cfg.out, self.step)
 
     def batch(self) -> Batch:
+        """The next training batch, on the training device."""
         cfg, c, f = self.cfg, self.config, self.frames
         idx = sample_examples(
             self.rng,
@@ -225,7 +246,7 @@ class Trainer:
             cfg.k_zero_prob,
         )
         image_idx = torch.from_numpy(idx.image)
-        images = [self._shift(f.images[cam][image_idx]) for cam in c.cameras]
+        images = [self._shift(to_device(f.images[cam][image_idx], self.device)) for cam in c.cameras]
         env_state = None
         if c.use_env_state:
             assert f.env_states is not None  # frames are loaded (or checked) with env states for such a config
@@ -247,16 +268,35 @@ class Trainer:
             env_state=env_state,
             prefix_rows=prefix,
             ee=ee,
-        )
+        ).to(self.device)
 
     def _shift(self, images: torch.Tensor) -> torch.Tensor:
+        """(N, 3, h, w) uint8 shifted by up to `shift_px` each way (replicate padding),
+        offsets drawn from the numpy RNG, the shift done where the images are."""
         s = self.cfg.shift_px
         if s == 0:
             return images
         n, _, h, w = images.shape
         padded = torch.nn.functional.pad(images.float(), (s, s, s, s), mode="replicate").to(torch.uint8)
         dx, dy = self.rng.integers(0, 2 * s + 1, n), self.rng.integers(0, 2 * s + 1, n)
-        return torch.stack([padded[i, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w] for i in range(n)])
+        d = images.device
+        rows = torch.from_numpy(dy).to(d)[:, None] + torch.arange(h, device=d)  # (N, h)
+        cols = torch.from_numpy(dx).to(d)[:, None] + torch.arange(w, device=d)  # (N, w)
+        pick = (torch.arange(n, device=d)[:, None, None, None], torch.arange(3, device=d)[None, :, None, None])
+        return padded[pick[0], pick[1], rows[:, None, :, None], cols[:, None, None, :]]
+
+    def _next_batch(self) -> Batch:
+        """The batch assembled ahead (on a GPU), else a new one."""
+        if self._prefetched is not None:
+            batch, self._prefetched = self._prefetched[0], None
+            return batch
+        return self.batch()
+
+    def _prefetch(self) -> None:
+        """Assemble the next batch now, while the GPU works on the current step (the
+        numpy RNG state before it is kept: a checkpoint resumes before this batch)."""
+        state = self.rng.bit_generator.state
+        self._prefetched = (self.batch(), state)
 
     def policy(self) -> FastSlowPolicy:
         """The model as a policy (shares the weights; puts the model in eval mode)."""
@@ -273,7 +313,11 @@ class Trainer:
             "train_config": _jsonable(asdict(cfg)),
         }
         self.policy().save(cfg.out, extra)
-        save_training_state(cfg.out, self.optimizer, self.step, self.rng, {"losses": self.losses, "evals": self.evals})
+        rng = self.rng
+        if self._prefetched is not None:  # the resumed run draws the prefetched batch again
+            rng = np.random.default_rng()
+            rng.bit_generator.state = self._prefetched[1]
+        save_training_state(cfg.out, self.optimizer, self.step, rng, {"losses": self.losses, "evals": self.evals})
 
     def evaluate(self) -> dict:
         from robotrl.inference.evaluation import evaluate
@@ -303,13 +347,16 @@ class Trainer:
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr_at(self.step, cfg, time_fraction)
                 self.model.train()
-                loss = flow_matching_loss(self.model, self.normalizer, self.batch(), cfg.flow_samples)
+                with autocast(self.device, cfg.bf16):
+                    loss = flow_matching_loss(self.model, self.normalizer, self._next_batch(), cfg.flow_samples)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
                 self.optimizer.step()
                 self.step += 1
-                value = float(loss.detach())
+                if self.device.type == "cuda" and self.step < last:
+                    self._prefetch()  # the GPU is still busy with this step
+                value = float(loss.detach())  # waits for the step
                 ema = value if ema is None else 0.98 * ema + 0.02 * value
                 if self.step % 25 == 0 or self.step == 1:
                     self.losses.append((self.step, value))

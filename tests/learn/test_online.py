@@ -4,6 +4,7 @@ and the learner as real processes on loopback; killed with SIGKILL mid-run and r
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -84,6 +85,8 @@ def _deploy(out, policy, episodes: int, resume: bool) -> subprocess.Popen:
         "--checkpoint-every",
         "4",
         "--no-fsync",
+        "--device",
+        "cpu",
     ]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     return subprocess.Popen(
@@ -132,6 +135,10 @@ def test_two_actors_server_learner_killed_and_resumed(tmp_path):
     assert len(actors) == 4 and all(int(r["version_max"]) >= 0 for r in actors)
     assert "success" in text and "intervention rate" in text
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the launcher hands its device to both children in their JSON configs; each says where it runs
+    for child, role in (("learner", "learner"), ("server", "inference_server")):
+        assert json.loads((out / f"{child}.json").read_text())["device"] == "cpu"
+        assert f"device for the {role}: cpu (asked for)" in (out / f"{child}.log").read_text()
 
 
 def test_sigterm_to_the_launcher_stops_learner_server_and_actors(tmp_path):

@@ -200,3 +200,115 @@ def test_a_policy_trained_in_lerobots_degrees_is_served_in_radians(tmp_path, mon
     _lerobot_dataset_meta(dataset, "so101", JointConvention(RADIANS, "so101").names)
     with pytest.raises(ConfigError, match="says radians but its state statistics reach"):
         load_policy(folder)
+
+
+# --- devices and batches -------------------------------------------------------------------
+
+
+def _save(policy: LerobotChunkPolicy, folder) -> None:
+    policy.policy.save_pretrained(folder)
+    policy.preprocessor.save_pretrained(folder)
+    policy.postprocessor.save_pretrained(folder)
+
+
+def _as_if_trained_on_a_gpu(folder) -> None:
+    """What `lerobot-train` on a GPU box writes: "device": "cuda" in the policy config and
+    in the pre-processor's device step."""
+    for name in ("config.json", "policy_preprocessor.json"):
+        doc = json.loads((folder / name).read_text())
+        if name == "config.json":
+            doc["device"] = "cuda"
+        else:
+            for step in doc["steps"]:
+                if step["registry_name"] == "device_processor":
+                    step["config"]["device"] = "cuda"
+        (folder / name).write_text(json.dumps(doc, indent=2))
+
+
+def test_a_checkpoint_trained_on_a_gpu_loads_and_serves_on_the_cpu(tmp_path, capsys):
+    from robotrl.cli import main
+
+    policy = build("act")
+    folder = tmp_path / "pretrained_model"
+    _save(policy, folder)
+    _as_if_trained_on_a_gpu(folder)
+    assert '"device": "cuda"' in (folder / "policy_preprocessor.json").read_text()
+
+    loaded = load_policy(folder, device="cpu")  # lerobot alone: "Requested device 'cuda' but CUDA is not available"
+    assert isinstance(loaded, LerobotChunkPolicy) and loaded.device == torch.device("cpu")
+    np.testing.assert_allclose(
+        loaded.predict_chunk(observation()).actions_rad, policy.predict_chunk(observation()).actions_rad, atol=1e-6
+    )
+    # and served through the inference server (two robots: the batched path)
+    out = tmp_path / "bench"
+    argv = ["bench", "serve", "--policy", str(folder), "--device", "cpu", "--repeats", "1", "--robots", "1,2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    rows = json.loads((out / "serve" / "results.json").read_text())["rows"]
+    assert [r["robots"] for r in rows] == [1, 2] and all(r["chunks_per_s"] > 0 for r in rows)
+    assert "device: cpu (asked for)" in capsys.readouterr().out
+
+
+def _observations() -> list[PolicyObservation]:
+    """Four robots: other states, images (one of another size), ticks and delays."""
+    rng = np.random.default_rng(1)
+    obs = []
+    for i in range(4):
+        size = 48 if i != 2 else 64
+        obs.append(
+            PolicyObservation(
+                state_rad=(HOME + rng.normal(0, 0.05, 6)).astype(np.float64),
+                tick=10 + 7 * i,
+                instruction="touch the red ball",
+                images={"front": rng.integers(0, 255, (size, size, 3), dtype=np.uint8)},
+                delay_ticks=i,
+            )
+        )
+    return obs
+
+
+def test_act_answers_a_batch_of_robots_in_one_forward_pass_with_the_lone_chunks(monkeypatch):
+    from robotrl.core.policy import BatchedPolicy
+
+    policy = build("act")
+    assert isinstance(policy, BatchedPolicy)  # the server batches it
+    calls = []
+    forward = policy.policy.predict_action_chunk
+    monkeypatch.setattr(policy.policy, "predict_action_chunk", lambda batch: calls.append(1) or forward(batch))
+    observations = _observations()
+    batched = policy.predict_chunks(observations)
+    assert len(calls) == 1
+    alone = [policy.predict_chunk(obs) for obs in observations]
+    for b, a, obs in zip(batched, alone, observations):
+        assert b.start_tick == a.start_tick == obs.tick + obs.delay_ticks
+        np.testing.assert_allclose(b.actions_rad, a.actions_rad, atol=1e-5)
+    assert not np.allclose(batched[0].actions_rad, batched[1].actions_rad)  # each robot its own chunk
+
+
+def test_diffusion_starts_each_robot_from_its_own_noise_and_ddim_batches_exactly():
+    pytest.importorskip("diffusers", reason="lerobot Diffusion needs lerobot[diffusion]")
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
+
+    inputs = {
+        "observation.state": PolicyFeature(FeatureType.STATE, (6,)),
+        "observation.images.front": PolicyFeature(FeatureType.VISUAL, (3, 64, 64)),
+    }
+    cfg = make_policy_config(
+        "diffusion",
+        input_features=inputs,
+        output_features={"action": PolicyFeature(FeatureType.ACTION, (6,))},
+        device="cpu",
+        pretrained_backbone_weights=None,
+        noise_scheduler_type="DDIM",  # deterministic denoising steps: only the initial noise is random
+        **KINDS["diffusion"],
+    )
+    torch.manual_seed(0)
+    pre, post = make_pre_post_processors(cfg, dataset_stats=stats())
+    policy = LerobotChunkPolicy(get_policy_class("diffusion")(cfg), pre, post)
+    observations = _observations()
+    same = [PolicyObservation(o.state_rad, 50, o.instruction, o.images) for o in observations[:1]] * 2
+    twins = policy.predict_chunks(same)  # same observation, same tick: same noise, same chunk
+    np.testing.assert_allclose(twins[0].actions_rad, twins[1].actions_rad, atol=1e-6)
+    batched = policy.predict_chunks(observations)
+    for b, obs in zip(batched, observations):
+        np.testing.assert_allclose(b.actions_rad, policy.predict_chunk(obs).actions_rad, atol=1e-5)

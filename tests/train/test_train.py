@@ -326,6 +326,41 @@ def test_resume_continues_exactly(toy, tmp_path):
         assert torch.equal(a, b), name
 
 
+def test_a_checkpoint_taken_with_a_batch_prefetched_resumes_before_that_batch(toy, tmp_path):
+    """On a GPU the trainer assembles the next batch while a step runs; a checkpoint then
+    keeps the RNG state from before that batch, so the resumed run draws it again."""
+    root, frames, _ = toy
+    cfg = TrainConfig(
+        dataset=root, out=tmp_path / "ckpt", steps=8, batch_size=4, warmup_steps=1, save_every=1000, shift_px=2,
+        policy=TINY, device="cpu",
+    )  # fmt: skip
+    first = Trainer(cfg, frames, progress=False)
+    first.train(until_step=3)
+    first._prefetch()  # what a CUDA run does after each step
+    first.save()
+    resumed = Trainer(cfg, frames, progress=False)
+    resumed.resume()
+    assert first._prefetched is not None
+    expected, got = first._prefetched[0], resumed.batch()
+    for field in ("state", "chunk", "mask", "age", "tokens"):
+        assert torch.equal(getattr(expected, field), getattr(got, field)), field
+    assert all(torch.equal(a, b) for a, b in zip(expected.images, got.images))
+
+
+def test_the_two_thread_cap_applies_on_the_cpu_device(toy, tmp_path):
+    root, frames, _ = toy
+    before = torch.get_num_threads()
+    try:
+        Trainer(
+            TrainConfig(dataset=root, out=tmp_path / "a", threads=4, device="cpu", policy=TINY), frames, progress=False
+        )
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ConfigError, match="device 'tpu' is not one of"):
+        TrainConfig(dataset=root, out=tmp_path / "b", device="tpu")
+
+
 def test_rtc_training_env_state_and_ee_feature_options(toy, tmp_path):
     root, _, _ = toy
     frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
