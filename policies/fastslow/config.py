@@ -37,6 +37,10 @@ class FastSlowConfig:
     """Give the fast pathway the privileged `env_state` (sim only) as a fresh feature."""
     env_state_dim: int = 0
     """Length of `env_state` when `use_env_state`."""
+    estimate_env_state: bool = False
+    """With `use_env_state`: the fast pathway gets the slow pathway's estimate of env_state
+    from the images (an auxiliary head trained on the privileged env_state), never the
+    env_state itself, so the policy reads only cameras, joints and the instruction."""
     env_object_dim: int = 0
     """Read env_state as objects of this many numbers each (pick_place: 3, the xyz of each
     cube and of the bin); the instruction attends over them and the named object joins
@@ -106,6 +110,8 @@ class FastSlowConfig:
             )
         if self.use_env_state and self.env_state_dim < 1:
             raise ConfigError("FastSlowConfig.use_env_state needs env_state_dim >= 1")
+        if self.estimate_env_state and (not self.use_env_state or not self.cameras):
+            raise ConfigError("FastSlowConfig.estimate_env_state needs use_env_state and at least one camera")
         if self.env_object_dim < 0 or (
             self.env_object_dim and (not self.use_env_state or self.env_state_dim % self.env_object_dim)
         ):
@@ -121,6 +127,11 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.max_age_ticks must be >= 0")
         object.__setattr__(self, "cameras", tuple(self.cameras))
         object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
+
+    @property
+    def reads_env_state(self) -> bool:
+        """Whether a request must carry env_state (privileged: simulation only)."""
+        return self.use_env_state and not self.estimate_env_state
 
     @property
     def relative_object_dim(self) -> int:

@@ -17,10 +17,22 @@ class FastSlowModel(nn.Module):
         self.config = config
         self.slow = SlowEncoder(config, vocab_size)
         self.expert = ActionExpert(config, self.slow.num_tokens)
+        tokens = self.slow.num_tokens * config.width
+        self.env_head = (
+            nn.Sequential(nn.Linear(tokens, config.width), nn.SiLU(), nn.Linear(config.width, config.env_state_dim))
+            if config.estimate_env_state
+            else None
+        )
 
     def encode_slow(self, images_u8: list[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
         """Per camera (B, 3, S, S) uint8 and (B, L) token ids -> latent (B, T, W)."""
         return self.slow(images_u8, tokens)
+
+    def estimate_env(self, latent: torch.Tensor) -> torch.Tensor:
+        """Latent (B, T, W) -> (B, E) normalised estimate of env_state (`estimate_env_state`)."""
+        if self.env_head is None:
+            raise ValueError("this model has no env_state head (estimate_env_state is off)")
+        return self.env_head(latent.flatten(1))
 
     def sample_chunk(
         self,

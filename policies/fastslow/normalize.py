@@ -182,6 +182,10 @@ class Normalizer:
     def env(self, env: torch.Tensor) -> torch.Tensor:
         return (env - self.stat("env_mean", env)) / self.stat("env_std", env)
 
+    def env_from(self, z: torch.Tensor) -> torch.Tensor:
+        """Inverse of `env`: normalised (B, E) -> env_state units (metres)."""
+        return z * self.stat("env_std", z) + self.stat("env_mean", z)
+
     def fresh(
         self,
         state: torch.Tensor,

@@ -101,7 +101,7 @@ class FastSlowPolicy:
             c.cameras,
             c.image_size_px,
             self.normalizer.id,
-            c.env_state_dim if c.use_env_state else 0,
+            c.env_state_dim if c.reads_env_state else 0,
             c.execute_steps,
         )
 
@@ -135,7 +135,7 @@ class FastSlowPolicy:
         if latent_age_ticks < 0 or obs.delay_ticks < 0:
             raise ValueError("latent_age_ticks and obs.delay_ticks must be >= 0")
         device = self.device
-        fresh = self._fresh(state, [obs])
+        fresh = self._fresh(state, [obs], latent[None])
         age = torch.tensor([latent_age_ticks + obs.delay_ticks])
         self._generator.manual_seed(tick_seed(self.seed, obs.tick, FLOW_NOISE_SALT))
         noise = torch.randn((1, c.horizon, c.action_dim), generator=self._generator) * self.noise_scale
@@ -169,7 +169,7 @@ class FastSlowPolicy:
             c = self.config
             obs = [observations[i] for i in batch]
             states = torch.cat([self._state(o) for o in obs])
-            fresh = self._fresh(states, obs)
+            fresh = self._fresh(states, obs, torch.stack([latents[i] for i in batch]))
             ages = torch.tensor([latent_ages_ticks[i] + observations[i].delay_ticks for i in batch])
             noise = []
             for o in obs:
@@ -221,9 +221,18 @@ class FastSlowPolicy:
         policy = cls(model, Normalizer.from_dict(doc["normalization"]), vocab, seed=seed, version=version)
         return policy.to(device)
 
-    def _fresh(self, states: torch.Tensor, observations: list[PolicyObservation]) -> torch.Tensor:
-        """(B, fresh_dim) normalised fast-pathway features of (B, S) (forwarded) states."""
-        env = torch.cat([self._env_state(o) for o in observations]) if self.config.use_env_state else None
+    def _fresh(
+        self, states: torch.Tensor, observations: list[PolicyObservation], latents: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, fresh_dim) normalised fast-pathway features of (B, S) (forwarded) states; the
+        env_state is the observations' or, with `estimate_env_state`, the (B, T, W) latents'
+        estimate of it."""
+        env = None
+        if self.config.estimate_env_state:
+            with torch.no_grad():
+                env = self.normalizer.env_from(self.model.estimate_env(latents).float().cpu())
+        elif self.config.use_env_state:
+            env = torch.cat([self._env_state(o) for o in observations])
         ee = torch.from_numpy(self._ee_features(states.numpy())) if self._ee_features else None
         return self.normalizer.fresh(states, env, ee, self.config.relative_object_dim)
 

@@ -74,7 +74,7 @@ class DsrlChunkPolicy(ActorPolicy):
         device = flow.device
         noise = (self.noise_bound * unit).reshape(1, c.horizon, c.action_dim).to(device)
         latent = flow.encode_slow(obs)
-        age, fresh = to_device((torch.tensor([obs.delay_ticks]), flow._fresh(state, [obs])), device)
+        age, fresh = to_device((torch.tensor([obs.delay_ticks]), flow._fresh(state, [obs], latent[None])), device)
         x = flow.model.sample_chunk(latent[None], age, fresh, noise).float().cpu()
         actions = flow.normalizer.decode_chunk(x, state)[0].numpy().astype(np.float64)
         return ActionChunk(actions, obs.tick + obs.delay_ticks, self.version)

@@ -46,7 +46,13 @@ def _add_privileged_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--env-state",
         action="store_true",
-        help="give the fast pathway the privileged observation.environment_state (sim datasets)",
+        help="give the fast pathway the privileged sim.environment_state (sim datasets)",
+    )
+    parser.add_argument(
+        "--estimate-env-state",
+        action="store_true",
+        help="with --env-state: the slow pathway learns to estimate it from the cameras (an auxiliary "
+        "loss) and the fast pathway gets the estimate, so the policy reads only cameras and joints",
     )
     parser.add_argument(
         "--env-objects",
@@ -141,6 +147,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         "image_size_px": args.image_size,
         "cameras": tuple(c for c in args.cameras.split(",") if c),
         "use_env_state": args.env_state,
+        "estimate_env_state": args.estimate_env_state,
         "env_object_dim": args.env_objects,
         "relative_objects": args.relative_objects,
         "action_mode": args.action_mode,

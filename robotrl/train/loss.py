@@ -38,6 +38,11 @@ class Batch:
         return Batch(**{f.name: to_device(getattr(self, f.name), device) for f in fields(self)})
 
 
+ENV_LOSS_WEIGHT = 1.0
+"""Weight of the env_state estimate's mean squared error (normalised units) beside the
+flow loss (`estimate_env_state`)."""
+
+
 def sample_tau(n: int) -> torch.Tensor:
     """(n,) flow times biased toward noise (pi0's Beta(1.5, 1), in our tau convention),
     from torch's global (CPU) generator."""
@@ -52,7 +57,8 @@ def flow_matching_loss(
     flow_samples: int = 4,
     row_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Mean squared velocity error over real (and, with RTC, postfix) rows.
+    """Mean squared velocity error over real (and, with RTC, postfix) rows, plus, with
+    `estimate_env_state`, `ENV_LOSS_WEIGHT` x the estimate's squared error.
 
     The slow latent and the conditioning are computed once per example and shared by
     `flow_samples` draws of (noise, tau). `row_weights` (B, H) >= 0 makes it the weighted
@@ -60,7 +66,14 @@ def flow_matching_loss(
     runs on the batch's device; noise and times are drawn from torch's CPU generator and
     moved, so a seed gives the same draws on every device."""
     latent = model.encode_slow(batch.images, batch.tokens)
-    fresh = normalizer.fresh(batch.state, batch.env_state, batch.ee, model.config.relative_object_dim)
+    env, env_loss = batch.env_state, None
+    if model.config.estimate_env_state:  # the fast pathway sees what the images say, as at deploy
+        if batch.env_state is None:
+            raise ValueError("estimate_env_state trains on the privileged env_state; the batch has none")
+        estimate = model.estimate_env(latent)
+        env_loss = ((estimate - normalizer.env(batch.env_state)) ** 2).mean()
+        env = normalizer.env_from(estimate)
+    fresh = normalizer.fresh(batch.state, env, batch.ee, model.config.relative_object_dim)
     cond = model.expert.condition(latent, batch.age, fresh)
     x1 = normalizer.encode_chunk(batch.chunk, batch.state)
     b, h, a = x1.shape
@@ -79,4 +92,5 @@ def flow_matching_loss(
     x_tau = flow.interpolate(x0, x1, tau_rows)
     v = model.expert.velocity(x_tau, tau_rows, cond)
     err = ((v - (x1 - x0)) ** 2).sum(-1) * mask
-    return err.sum() / (mask.sum().clamp(min=1) * a)
+    loss = err.sum() / (mask.sum().clamp(min=1) * a)
+    return loss if env_loss is None else loss + ENV_LOSS_WEIGHT * env_loss

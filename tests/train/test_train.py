@@ -586,3 +586,37 @@ def test_a_dataset_of_the_older_robotrl_layout_still_loads(tmp_path, monkeypatch
     frames = load_frames(tmp_path / "old", cameras=(), use_env_state=True, progress=False, action_key=F.TELEOP_ACTION)
     np.testing.assert_allclose(frames.actions - frames.states, 0.2, atol=1e-6)
     np.testing.assert_allclose(frames.env_states[:, 0] if frames.env_states is not None else None, np.arange(5))
+
+
+def test_a_policy_that_estimates_the_privileged_state_from_its_cameras_reads_none(toy, tmp_path):
+    """`estimate_env_state`: the privileged env_state is only a training target of the slow
+    pathway; the trained estimate tracks it (the square's position in the image, the
+    instruction's direction), the fast pathway uses the estimate, and the checkpoint reads
+    cameras and joints only, so it may run on a real arm."""
+    root, frames, _ = toy
+    frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "estimate",
+        steps=300,
+        batch_size=16,
+        lr=2e-3,
+        warmup_steps=20,
+        flow_samples=1,
+        policy={**TINY, "use_env_state": True, "estimate_env_state": True},
+    )
+    policy = train(cfg, frames=frames, progress=False).policy
+    assert policy.metadata.env_state_dim == 0  # nothing privileged on the wire
+    frame = 27  # episode 1 (direction -1), t = 7
+    obs = _obs(INSTRUCTIONS[1], 7)
+    obs.images = {cam: frames.images[cam][frame].permute(1, 2, 0).numpy() for cam in ("front", "wrist")}
+    latent = policy.encode_slow(obs)
+    estimate = policy.normalizer.env_from(policy.model.estimate_env(latent[None]).detach())[0].numpy()
+    np.testing.assert_allclose(estimate[:2], frames.env_states[frame][:2], atol=0.25)  # (0.35, -1.0)
+    assert obs.env_state is None and policy.predict_chunk(obs).actions_rad.shape == (TINY["horizon"], 6)
+    loaded = load_policy(tmp_path / "estimate")
+    assert loaded.metadata.env_state_dim == 0 and loaded.model.env_head is not None
+    from robotrl.policies.fastslow.config import FastSlowConfig
+
+    with pytest.raises(ConfigError, match="estimate_env_state needs use_env_state"):
+        FastSlowConfig(state_dim=6, action_dim=6, estimate_env_state=True)
