@@ -5,7 +5,7 @@ robotrl computes in URDF joint radians. Stored joint values follow one of two co
 | convention | joint names in `features[...]["names"]` | values | `robot_type` |
 |---|---|---|---|
 | `radians` | the URDF joints (`shoulder_pan`, ...) | radians | `so101` |
-| `lerobot` | `<joint>.pos` (`shoulder_pan.pos`, ...) | arm degrees, gripper 0..100 | `so101_follower` |
+| `lerobot` | `<joint>.pos` (`shoulder_pan.pos`, ...) | arm degrees, gripper 0..100 | `so101_follower` (`so_follower` from `lerobot-record`) |
 
 `lerobot` is what lerobot's SO follower (`use_degrees=True`, its default) reads and takes,
 so it is what `lerobot-record` writes, what `lerobot-train` learns from, and what robotrl
@@ -29,6 +29,12 @@ RADIANS = "radians"
 LEROBOT = "lerobot"
 FOLLOWER_SUFFIX = "_follower"
 """lerobot's robot types for SO arms: `so101_follower`, `so100_follower`."""
+LEROBOT_SO_FOLLOWER = "so_follower"
+"""The `robot_type` `lerobot-record` 0.6 writes for an SO-100 and an SO-101 alike (its
+`SOFollower.name`); read as an SO-101, the arm lerobot's guides set up. An SO-100
+dataset written by lerobot itself needs `"robot_type": "so100_follower"` in its
+meta/info.json (robotrl's own recordings name the model)."""
+SO_FOLLOWER_MODEL = "so101"
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ def model_of(robot_type: str | None) -> str | None:
     """Arm model of a dataset's `robot_type` ("so101_follower" -> "so101"); None if unknown."""
     if not robot_type:
         return None
+    if robot_type == LEROBOT_SO_FOLLOWER:
+        return SO_FOLLOWER_MODEL
     model = robot_type.removesuffix(FOLLOWER_SUFFIX)
     return model if model in ARMS else None
 

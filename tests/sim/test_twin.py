@@ -284,3 +284,45 @@ def test_twin_round_trip_record_lerobot_train_act_and_serve_it_in_vlash_mode(tmp
     from robotrl.policies.loading import load_policy
 
     assert load_policy(checkpoint).joints.name == "lerobot"  # served in the dataset's degrees
+
+
+def test_lerobot_record_itself_on_the_twin_makes_a_dataset_robotrl_trains_on(tmp_path: Path) -> None:
+    """lerobot's own recorder (`lerobot-record`, its SO-101 follower and leader, ZMQ cameras)
+    against the twin: its dataset (degrees, robot_type so_follower) loads in radians."""
+    from robotrl.hardware.lerobot_arm.convention import LEROBOT, JointConvention
+    from robotrl.record.dataset import load_frames
+
+    proc, info = start_twin(tmp_path, "--task", "reach")
+    root = tmp_path / "lerobot_recorded"
+    args = ["--robot.type=so101_follower", f"--robot.port={info['follower_port']}", f"--robot.id={info['robot_id']}"]
+    args += [f"--robot.cameras={info['cameras']}", "--teleop.type=so101_leader", f"--teleop.port={info['leader_port']}"]
+    args += [
+        f"--teleop.id={info['leader_id']}",
+        "--display_data=false",
+        "--dataset.repo_id=me/twin",
+        f"--dataset.root={root}",
+    ]
+    args += ["--dataset.single_task=touch the red ball", "--dataset.num_episodes=2", "--dataset.episode_time_s=1.5"]
+    args += ["--dataset.reset_time_s=0", "--dataset.push_to_hub=false"]
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-m", "lerobot.scripts.lerobot_record", *args],
+            env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        stop_twin(proc)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    frames = load_frames(root, cameras=("front", "wrist"), image_size_px=32, progress=False)
+    assert frames.joint_units == "lerobot" and frames.num_episodes == 2
+    table = json.loads((root / "meta" / "info.json").read_text())
+    assert table["robot_type"] == "so_follower"
+    import pandas as pd
+
+    stored = np.stack(
+        pd.concat(pd.read_parquet(p) for p in sorted((root / "data").rglob("*.parquet")))["observation.state"]
+    )
+    np.testing.assert_allclose(frames.states, JointConvention(LEROBOT, "so101").to_radians(stored), atol=1e-6)
+    assert np.ptp(frames.states[:, :5], axis=0).max() > 0.1  # the expert moved the arm (radians)

@@ -512,7 +512,7 @@ def test_lerobots_policy_features_of_a_robotrl_dataset_are_what_a_real_arm_has(t
 
 def test_a_dataset_made_with_lerobots_api_in_degrees_trains_in_radians(toy, tmp_path, monkeypatch):
     """The toy episodes written as `lerobot-record` writes an SO-101 (names `<joint>.pos`,
-    arm degrees, gripper 0..100, robot_type so101_follower, lerobot's own API): robotrl reads
+    arm degrees, gripper 0..100, robot_type so_follower, lerobot's own API): robotrl reads
     the same radians, trains, and its checkpoint acts in radians."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -525,7 +525,7 @@ def test_a_dataset_made_with_lerobots_api_in_degrees_trains_in_radians(toy, tmp_
     video = {"dtype": "video", "shape": (32, 32, 3), "names": ["height", "width", "channels"]}
     root = tmp_path / "lerobot_native"
     features = {F.STATE: joint, F.ACTION: joint, F.image_key("front"): video}
-    ds = LeRobotDataset.create("me/native", 30, features, root=root, robot_type="so101_follower")
+    ds = LeRobotDataset.create("me/native", 30, features, root=root, robot_type="so_follower")
     for start in range(0, toy_frames.num_frames, EPISODE_TICKS):
         for i in range(start, start + EPISODE_TICKS):
             image = toy_frames.images["front"][i].permute(1, 2, 0).numpy()
