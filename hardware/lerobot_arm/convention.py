@@ -5,7 +5,7 @@ robotrl computes in URDF joint radians. Stored joint values follow one of two co
 | convention | joint names in `features[...]["names"]` | values | `robot_type` |
 |---|---|---|---|
 | `radians` | the URDF joints (`shoulder_pan`, ...) | radians | `so101` |
-| `lerobot` | `<joint>.pos` (`shoulder_pan.pos`, ...) | arm degrees, gripper 0..100 | `so101_follower` (`so_follower` from `lerobot-record`) |
+| `lerobot` | `<joint>.pos` (`shoulder_pan.pos`, ...) | degrees, gripper 0..100 | `so101_follower`, `so_follower` |
 
 `lerobot` is what lerobot's SO follower (`use_degrees=True`, its default) reads and takes,
 so it is what `lerobot-record` writes, what `lerobot-train` learns from, and what robotrl
