@@ -53,6 +53,11 @@ class RemoteChunkSource:
         self._next_id = 0
         self._waiting: tuple[int, int] | None = None  # (request id, monotonic ns when sent)
 
+    @property
+    def waiting(self) -> bool:
+        """True while a request is sent and neither answered nor given up on."""
+        return self._waiting is not None
+
     def request(self, obs: PolicyObservation) -> None:
         self._next_id += 1
         sent_ns = time.monotonic_ns()
@@ -109,7 +114,10 @@ class SteppedRemoteSource:
     time; at that tick `poll` waits for the reply (up to the remote's reply timeout).
 
     Makes runs through the real server (wire, batching, weight swaps) as reproducible in
-    ticks as `LocalChunkSource`, and lets a simulated arm run faster than real time.
+    ticks as `LocalChunkSource`, and lets a simulated arm run faster than real time. A lost
+    server raises a `WireError` as for `RemoteChunkSource` (the executor holds); each later
+    request first waits up to the reply timeout for the reconnect, and the first reply
+    after it resumes the arm.
     """
 
     def __init__(self, remote: RemoteChunkSource, delay_ticks: int) -> None:
@@ -120,17 +128,42 @@ class SteppedRemoteSource:
         self._ready_tick: int | None = None
 
     def request(self, obs: PolicyObservation) -> None:
+        self._ready_tick = None  # a request that fails to go out is not waited for
+        self._await_connection()
         self.remote.request(obs)
         self._ready_tick = obs.tick + self.delay_ticks
 
+    def _await_connection(self) -> None:
+        """Stepped time stands still while the server is away: before a request, wait (in
+        wall time, at most the reply timeout) for the client to be connected again, so a
+        lost server costs a stepped arm a few held ticks rather than a burst of them."""
+        client = self.remote.client
+        deadline = time.monotonic() + self.remote.reply_timeout_s
+        while not client.ready and time.monotonic() < deadline:
+            try:
+                client.poll(0.01)  # drives the reconnect; a late reply to a dropped request is stale
+            except WireError:
+                pass
+
     def poll(self, now_tick: int) -> ActionChunk | None:
-        if self._ready_tick is None or now_tick < self._ready_tick:
+        """The reply at its tick; before it, None. With no request waiting, the socket is
+        still polled (heartbeats, and the reconnect after a lost server). A `WireError`
+        (server lost, reply timed out) ends the wait: the executor holds and asks again."""
+        if self._ready_tick is None:
+            return self.remote.poll(now_tick)  # nothing awaited: a late reply, if any, is the executor's to drop
+        if now_tick < self._ready_tick:
             return None
-        while True:
-            chunk = self.remote.poll(now_tick, wait_s=0.01)
-            if chunk is not None:
-                self._ready_tick = None
-                return chunk
+        try:
+            while self.remote.waiting:
+                chunk = self.remote.poll(now_tick, wait_s=0.01)
+                if chunk is not None:
+                    self._ready_tick = None
+                    return chunk
+        except BaseException:
+            self._ready_tick = None
+            raise
+        self._ready_tick = None  # the request was given up on
+        return None
 
 
 def remote_executor(

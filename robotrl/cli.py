@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "deploy": "run a policy on an arm (sim or real) through the inference server",
     "actor": "the robot side of online learning: deploy, stream transitions to a learner, let a human take over",
     "learn": "a whole online-learning run here: learner + server taking its weights + simulated actors",
+    "up": "start and supervise every role of a fleet file here (server, learner, an actor or deploy client per arm)",
     "learner": "the online learner process: pull transitions, update (sac, hil-flow, dsrl), publish weights",
     "demo": "the end-to-end demo on the embedded default (MuJoCo SO-101, no hardware)",
     "bench": "benchmarks, each with its own options: sim, record, transport, serve, policy, buffer, learner, "

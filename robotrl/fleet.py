@@ -1,9 +1,15 @@
-"""Fleet file: the robots, cameras and GPUs a team runs, and the role each one serves.
+"""Fleet file: the robots, cameras and GPUs a team runs, the role each one serves, and
+what `robotrl up` needs to start them.
 
-A fleet file is TOML with three kinds of table (see `examples/fleet.toml`):
-`[robots.NAME]`, `[cameras.NAME]` and `[gpus.NAME]`. Every entry validates itself in
+A fleet file is TOML with three kinds of named table (see `examples/fleet.toml`):
+`[robots.NAME]`, `[cameras.NAME]` and `[gpus.NAME]`, and two optional single tables for
+bring-up (`examples/fleet-sim.toml`): `[serve]` (the inference server: policy, port) and
+`[learn]` (the learner: algorithm, folders, ports). Every entry validates itself in
 `__post_init__` and names the bad field by its path in the file, e.g.
 `fleet.toml: robots.left_arm.roles[1]: 'pilot' is not a role (...)`.
+
+Paths in a fleet file (policy, folders, keys) are taken relative to the working
+directory, as every `robotrl` path option is.
 """
 
 from __future__ import annotations
@@ -13,18 +19,27 @@ import os
 import socket
 import sys
 import tomllib
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, NoReturn
 
-from robotrl.core.devices import FleetGpu
+from robotrl.core.devices import DEFAULT_DEVICE, FleetGpu, check_device
 from robotrl.core.errors import ConfigError
 from robotrl.hardware.models import ARMS
+from robotrl.inference.executor import MODES
+from robotrl.learn.actor import INTERVENERS
 
-ROLES = ("recorder", "deploy_client", "inference_server", "learner")
-ROBOT_ROLES = ("recorder", "deploy_client")
+ROLES = ("recorder", "deploy_client", "actor", "inference_server", "learner")
+ROBOT_ROLES = ("recorder", "deploy_client", "actor")
+"""deploy_client: runs a policy on the arm through the server; actor: the same, streaming
+every tick to the fleet's learner (`robotrl actor`); recorder: teleop data collection."""
+ARM_ROLES = ("deploy_client", "actor")
+"""The robot roles `robotrl up` starts (one process per robot)."""
 GPU_ROLES = ("inference_server", "learner")
 DRIVERS = ("lerobot", "sim")
+ALGORITHMS = ("sac", "hil-flow", "dsrl")
+"""The learners of `robotrl.learn.registry.ALGORITHMS` (named here so that reading a fleet
+file does not import torch; a test keeps the two equal)."""
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names that always mean this machine (besides its own name)."""
 
@@ -45,6 +60,35 @@ def _count(path: str, value: object, minimum: int) -> None:
         _fail(path, f"must be at least {minimum}, got {value}")
 
 
+def _number(path: str, value: object) -> None:
+    """Fail unless `value` is a number above 0 (an integer or a float, not a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(path, f"expected a number, got {value!r}")
+    if not value > 0:  # also refuses NaN
+        _fail(path, f"must be above 0, got {value}")
+
+
+def _port(path: str, value: object) -> None:
+    _count(path, value, 1)
+    if isinstance(value, int) and value > 65535:
+        _fail(path, f"a TCP port is at most 65535, got {value}")
+
+
+def _device(path: str, value: object) -> None:
+    _expect(path, value, str, "a device (auto, cpu, cuda or cuda:N)")
+    try:
+        check_device(str(value))
+    except ConfigError as exc:
+        _fail(path, str(exc))
+
+
+def _optional(path: str, value: object, kind: type, what: str) -> None:
+    if value is not None:
+        _expect(path, value, kind, what)
+        if kind is str and not value:
+            _fail(path, "must not be empty")
+
+
 def _roles(path: str, value: object, allowed: tuple[str, ...], kind: str) -> tuple[str, ...]:
     """Checked roles as a tuple; `allowed` are the roles an entry of this `kind` can serve."""
     if not isinstance(value, (list, tuple)) or not value:
@@ -57,6 +101,8 @@ def _roles(path: str, value: object, allowed: tuple[str, ...], kind: str) -> tup
             _fail(f"{path}[{i}]", f"{role!r} is not a {kind} role ({', '.join(allowed)})")
         if role in value[:i]:
             _fail(f"{path}[{i}]", f"{role!r} is listed twice")
+        if role in ARM_ROLES and any(other in ARM_ROLES for other in value[:i]):
+            _fail(f"{path}[{i}]", "'deploy_client' and 'actor' both run the arm: give one of them")
     return tuple(value)
 
 
@@ -70,6 +116,16 @@ class RobotEntry:
         "port": "port",
         "id": "calibration_id",
         "roles": "roles",
+        "task": "task",
+        "scenario": "scenario",
+        "mode": "mode",
+        "episodes": "episodes",
+        "max_seconds": "max_seconds",
+        "seed": "seed",
+        "stepped_delay": "stepped_delay",
+        "intervene": "intervene",
+        "curve_keys": "curve_keys",
+        "learner_keys": "learner_keys",
     }
     name: str
     """Table name, e.g. "left_arm"."""
@@ -82,7 +138,30 @@ class RobotEntry:
     calibration_id: str | None = None
     """lerobot calibration id (TOML key `id`), e.g. "left_follower"."""
     roles: tuple[str, ...] = ()
-    """What the robot is used for: "recorder" and/or "deploy_client"."""
+    """What the robot is used for: "recorder" and/or one of "deploy_client", "actor"."""
+    task: str | None = None
+    """sim: the task (reach, pick_place, track); real arm: the instruction. None: the
+    command's default (reach)."""
+    scenario: str | None = None
+    """sim: nominal or shifted physics; None: the command's default (shifted)."""
+    mode: str | None = None
+    """Execution mode (`robotrl deploy --mode`); None: the default (vlash)."""
+    episodes: int | None = None
+    """Episodes `robotrl up` runs on this arm before its role is done; None: the default (3)."""
+    max_seconds: float | None = None
+    """Longest episode, seconds; None: the default (20)."""
+    seed: int | None = None
+    """sim: seed of the first episode; None: 100000 x the robot's place among the started arms."""
+    stepped_delay: int | None = None
+    """sim: a simulated clock, each chunk taken in exactly this many ticks after its request
+    (faster than real time); None: the wall clock."""
+    intervene: str | None = None
+    """actor: who may take over (none, scripted, keyboard, gamepad, leader); None: scripted
+    on a simulated arm, else none."""
+    curve_keys: str | None = None
+    """Folder with this robot's client.key_secret and the server's server.key (CURVE)."""
+    learner_keys: str | None = None
+    """actor: folder with this robot's client.key_secret and the learner's server.key (CURVE)."""
 
     def __post_init__(self) -> None:
         at = f"robots.{self.name}"
@@ -101,6 +180,47 @@ class RobotEntry:
         if self.calibration_id is not None:
             _expect(f"{at}.id", self.calibration_id, str, "a string")
         object.__setattr__(self, "roles", _roles(f"{at}.roles", self.roles, ROBOT_ROLES, "robot"))
+        self._check_bringup(at)
+
+    def _check_bringup(self, at: str) -> None:
+        """The keys `robotrl up` reads: what the arm does and how it is run."""
+        _optional(f"{at}.task", self.task, str, "a task name or an instruction")
+        sim = self.driver == "sim"
+        if sim and self.task is not None:
+            from robotrl.sim.tasks import TASKS
+
+            if self.task not in TASKS:
+                _fail(f"{at}.task", f"{self.task!r} is not a simulated task ({', '.join(TASKS)})")
+        for key in ("scenario", "stepped_delay"):
+            if getattr(self, key) is not None and not sim:
+                _fail(f"{at}.{key}", "only for driver 'sim'")
+        if self.scenario is not None:
+            from robotrl.sim.scenario import SCENARIOS
+
+            _expect(f"{at}.scenario", self.scenario, str, "a scenario name")
+            if self.scenario not in SCENARIOS:
+                _fail(f"{at}.scenario", f"{self.scenario!r} is not a scenario ({', '.join(SCENARIOS)})")
+        for key, choices in (("mode", MODES), ("intervene", INTERVENERS)):
+            value = getattr(self, key)
+            _optional(f"{at}.{key}", value, str, "a string")
+            if value is not None and value not in choices:
+                _fail(f"{at}.{key}", f"{value!r} is not one of {', '.join(choices)}")
+        if self.intervene == "scripted" and not sim:
+            _fail(f"{at}.intervene", "'scripted' (the task's expert) is for driver 'sim'")
+        if self.episodes is not None:
+            _count(f"{at}.episodes", self.episodes, 1)
+        if self.max_seconds is not None:
+            _number(f"{at}.max_seconds", self.max_seconds)
+        for key in ("seed", "stepped_delay"):
+            if getattr(self, key) is not None:
+                _count(f"{at}.{key}", getattr(self, key), 0)
+        for key in ("curve_keys", "learner_keys"):
+            _optional(f"{at}.{key}", getattr(self, key), str, "a folder")
+
+    @property
+    def arm_role(self) -> str | None:
+        """ "actor" or "deploy_client" (what `robotrl up` runs on this arm), or None."""
+        return next((role for role in self.roles if role in ARM_ROLES), None)
 
 
 @dataclass(frozen=True)
@@ -175,6 +295,119 @@ class GpuEntry:
 
 
 @dataclass(frozen=True)
+class ServeEntry:
+    """`[serve]`: the inference server `robotrl up` starts (on the fleet's inference_server
+    GPU on this machine, else as `device` says)."""
+
+    TOML_KEYS: ClassVar[dict[str, str]] = {
+        "policy": "policy",
+        "port": "port",
+        "device": "device",
+        "curve_keys": "curve_keys",
+        "learner_keys": "learner_keys",
+    }
+    policy: str
+    """Checkpoint folder served (robotrl train output or a lerobot pretrained_model folder);
+    with a `[learn]` section, the policy the learner starts from: the server then serves
+    the learner's copy and takes its weights."""
+    port: int | None = None
+    """TCP port the server binds on loopback; None: a free port."""
+    device: str = DEFAULT_DEVICE
+    """auto (the fleet's inference_server GPU here, else the freest GPU, else the CPU), cpu,
+    cuda or cuda:N."""
+    curve_keys: str | None = None
+    """Folder with the server's server.key_secret and allowed_clients/ (CURVE)."""
+    learner_keys: str | None = None
+    """Folder with this server's client.key_secret and the learner's server.key (CURVE on
+    the weights channel)."""
+
+    def __post_init__(self) -> None:
+        _expect("serve.policy", self.policy, str, "a checkpoint folder")
+        if not self.policy:
+            _fail("serve.policy", "must not be empty")
+        if self.port is not None:
+            _port("serve.port", self.port)
+        _device("serve.device", self.device)
+        for key in ("curve_keys", "learner_keys"):
+            _optional(f"serve.{key}", getattr(self, key), str, "a folder")
+
+
+@dataclass(frozen=True)
+class LearnEntry:
+    """`[learn]`: the online learner `robotrl up` starts; the fleet's actors stream to it."""
+
+    TOML_KEYS: ClassVar[dict[str, str]] = {
+        "algo": "algo",
+        "preset": "preset",
+        "overrides": "overrides",
+        "demo_datasets": "demo_datasets",
+        "buffer": "buffer",
+        "out": "out",
+        "transitions_port": "transitions_port",
+        "weights_port": "weights_port",
+        "device": "device",
+        "min_transitions": "min_transitions",
+        "publish_every": "publish_every",
+        "checkpoint_every": "checkpoint_every",
+        "fsync": "fsync",
+        "curve_keys": "curve_keys",
+    }
+    algo: str = "hil-flow"
+    """sac (RLPD / HIL-SERL), hil-flow (weighted flow fine-tuning) or dsrl (SAC over the noise)."""
+    preset: str = "default"
+    """The algorithm's preset (`robotrl learner --preset`)."""
+    overrides: dict = field(default_factory=dict)
+    """Preset fields replaced, e.g. {batch_size = 128} (`robotrl learner --set`)."""
+    demo_datasets: tuple[str, ...] = ()
+    """LeRobotDataset folders loaded as demo transitions."""
+    buffer: str | None = None
+    """Online buffer folder; None: RUN/buffer of `robotrl up --out RUN`."""
+    out: str | None = None
+    """Learner run folder (checkpoint/, served/, updates.csv); None: RUN/learner."""
+    transitions_port: int | None = None
+    """TCP port of the transitions socket on loopback; None: a free port."""
+    weights_port: int | None = None
+    """TCP port of the weights PUB socket (the latest-weights socket takes the next one);
+    None: two free ports."""
+    device: str = DEFAULT_DEVICE
+    """auto (the fleet's learner GPU here, else the freest GPU, else the CPU), cpu, cuda or cuda:N."""
+    min_transitions: int | None = None
+    """Samplable transitions before the first update; None: the learner's default (500)."""
+    publish_every: int | None = None
+    """Updates between weight versions; None: the learner's default (20)."""
+    checkpoint_every: int | None = None
+    """Updates between checkpoints; None: the learner's default (200)."""
+    fsync: bool = True
+    """fsync the buffer log (crash-safe); false is faster."""
+    curve_keys: str | None = None
+    """Folder with the learner's server.key_secret and allowed_clients/ (CURVE)."""
+
+    def __post_init__(self) -> None:
+        _expect("learn.algo", self.algo, str, "an algorithm name")
+        if self.algo not in ALGORITHMS:
+            _fail("learn.algo", f"{self.algo!r} is not an algorithm ({', '.join(ALGORITHMS)})")
+        _expect("learn.preset", self.preset, str, "a preset name")
+        _expect("learn.overrides", self.overrides, dict, "a table, e.g. {batch_size = 128}")
+        if not isinstance(self.demo_datasets, (list, tuple)):
+            _fail("learn.demo_datasets", f"expected an array of folders, got {self.demo_datasets!r}")
+        for i, folder in enumerate(self.demo_datasets):
+            _optional(f"learn.demo_datasets[{i}]", folder, str, "a folder")
+        object.__setattr__(self, "demo_datasets", tuple(self.demo_datasets))
+        for key in ("buffer", "out", "curve_keys"):
+            _optional(f"learn.{key}", getattr(self, key), str, "a folder")
+        for key in ("transitions_port", "weights_port"):
+            if getattr(self, key) is not None:
+                _port(f"learn.{key}", getattr(self, key))
+        if self.weights_port == 65535:
+            _fail("learn.weights_port", "the latest-weights socket takes the next port: at most 65534")
+        _device("learn.device", self.device)
+        for key in ("min_transitions", "publish_every", "checkpoint_every"):
+            if getattr(self, key) is not None:
+                _count(f"learn.{key}", getattr(self, key), 1)
+        _expect("learn.fsync", self.fsync, bool, "true or false")
+
+
+@dataclass(frozen=True)
 class Fleet:
     """A whole fleet file; checks what spans entries (links, shared devices)."""
 
@@ -186,8 +419,16 @@ class Fleet:
     """`[cameras.NAME]` entries in file order."""
     gpus: tuple[GpuEntry, ...] = ()
     """`[gpus.NAME]` entries in file order."""
+    serve: ServeEntry | None = None
+    """`[serve]`, the inference server of `robotrl up`, or None."""
+    learn: LearnEntry | None = None
+    """`[learn]`, the learner of `robotrl up`, or None."""
 
     def __post_init__(self) -> None:
+        self._check_devices()
+        self._check_bringup()
+
+    def _check_devices(self) -> None:
         owners: dict[tuple, str] = {}
 
         def claim(path: str, device: tuple, label: str) -> None:
@@ -210,6 +451,29 @@ class Fleet:
                 )
         for gpu in self.gpus:
             claim(f"gpus.{gpu.name}.index", ("gpu", gpu.host, gpu.index), f"GPU {gpu.index} of {gpu.host}")
+
+    def _check_bringup(self) -> None:
+        """Actors need the learner, the learner needs the server, and no port twice."""
+        for robot in self.robots:
+            if "actor" in robot.roles and self.learn is None:
+                i = robot.roles.index("actor")
+                _fail(f"robots.{robot.name}.roles[{i}]", "'actor' streams to the learner: add a [learn] section")
+            if robot.learner_keys is not None and robot.arm_role != "actor":
+                _fail(f"robots.{robot.name}.learner_keys", "only for a robot with the 'actor' role")
+        if self.learn is not None and self.serve is None:
+            _fail("learn", "needs a [serve] section: its policy is what the learner starts from and serves")
+        ports: dict[int, str] = {}
+        wanted = [("serve.port", self.serve.port if self.serve else None)]
+        if self.learn is not None:
+            weights = self.learn.weights_port
+            wanted += [("learn.transitions_port", self.learn.transitions_port), ("learn.weights_port", weights)]
+            wanted += [("learn.weights_port", None if weights is None else weights + 1)]
+        for path, port in wanted:
+            if port is None:
+                continue
+            if port in ports:
+                _fail(path, f"port {port} is already taken by {ports[port]} (the weights take two: P and P + 1)")
+            ports[port] = path
 
     def arm(self, name: str) -> dict[str, str | None]:
         """Robot `name` as the arm options of `record`/`deploy`/`actor`: robot, port,
@@ -261,16 +525,20 @@ class Fleet:
             "robots": [asdict(r) for r in self.robots],
             "cameras": [asdict(c) for c in self.cameras],
             "gpus": [asdict(g) for g in self.gpus],
+            "serve": None if self.serve is None else asdict(self.serve),
+            "learn": None if self.learn is None else asdict(self.learn),
             "roles": {role: list(names) for role, names in self.assignments().items()},
         }
 
 
 SECTIONS = {"robots": RobotEntry, "cameras": CameraEntry, "gpus": GpuEntry}
+"""Sections of named tables, `[section.NAME]`."""
+SINGLE_SECTIONS = {"serve": ServeEntry, "learn": LearnEntry}
+"""Sections that are one table, `[section]`."""
 
 
-def _entry(cls: type, section: str, name: str, table: object):
-    """One `[section.name]` table as a `cls`; unknown and missing keys are errors."""
-    at = f"{section}.{name}"
+def _entry(cls: type, at: str, table: object, **extra: object):
+    """The table at path `at` as a `cls`; unknown and missing keys are errors."""
     if not isinstance(table, dict):
         _fail(at, f"expected a table [{at}], got {table!r}")
     keys = cls.TOML_KEYS
@@ -278,24 +546,28 @@ def _entry(cls: type, section: str, name: str, table: object):
         if key not in keys:
             _fail(f"{at}.{key}", f"unknown key (known: {', '.join(keys)})")
     for key, attr in keys.items():
-        field = next(f for f in fields(cls) if f.name == attr)
-        if field.default is MISSING and key not in table:
+        spec = next(f for f in fields(cls) if f.name == attr)
+        if spec.default is MISSING and spec.default_factory is MISSING and key not in table:
             _fail(f"{at}.{key}", "missing")
-    return cls(name=name, **{keys[key]: value for key, value in table.items()})
+    return cls(**extra, **{keys[key]: value for key, value in table.items()})
 
 
 def parse_fleet(data: dict, source: str = "fleet.toml") -> Fleet:
     """A `Fleet` from parsed TOML; every error starts with `source` and the field path."""
     try:
         for section in data:
-            if section not in SECTIONS:
-                _fail(section, f"unknown section (known: {', '.join(SECTIONS)})")
-        parts = {}
+            if section not in SECTIONS and section not in SINGLE_SECTIONS:
+                known = ", ".join([*SECTIONS, *SINGLE_SECTIONS])
+                _fail(section, f"unknown section (known: {known})")
+        parts: dict = {}
         for section, cls in SECTIONS.items():
             tables = data.get(section, {})
             if not isinstance(tables, dict):
                 _fail(section, f"expected tables like [{section}.NAME], got {tables!r}")
-            parts[section] = tuple(_entry(cls, section, name, table) for name, table in tables.items())
+            parts[section] = tuple(_entry(cls, f"{section}.{name}", table, name=name) for name, table in tables.items())
+        for section, cls in SINGLE_SECTIONS.items():
+            if section in data:
+                parts[section] = _entry(cls, section, data[section])
         return Fleet(source, **parts)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None

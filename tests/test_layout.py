@@ -59,6 +59,7 @@ ROBOT_SIDE = {
             "robotrl.inference.runner",
             "robotrl.inference.remote",
             "robotrl.inference.transitions",
+            "robotrl.learn.beacon",
         ),
         HEAVY,
     ),
@@ -110,6 +111,7 @@ LAYERS = {
     "robotrl.learn": 5,
     "robotrl.bench": 6,
     "robotrl.fleet": 6,
+    "robotrl.bringup": 6,
     "robotrl.commands": 7,
     "robotrl.cli": 7,
 }

@@ -79,6 +79,9 @@ class ActorJob:
     learner_keys: Path | None = None
     """Folder with this robot's client.key_secret and the learner's server.key: the
     transitions are encrypted and only accepted from allowed keys (CURVE)."""
+    beacon: Path | None = None
+    """JSON file kept up to date while the arm runs (`robotrl.learn.beacon`: alive, ticks,
+    episodes, version), for a supervisor such as `robotrl up`; None: none."""
 
     def __post_init__(self) -> None:
         if not self.arm.simulated and (self.intervention.who == "scripted" or self.stepped_delay is not None):
@@ -150,6 +153,10 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
             log = CsvLog(job.log)
             stack.callback(log.close)
         observers: list = [EpisodeLog(log, job.arm.name, job.episodes, start)]
+        if job.beacon is not None:
+            from robotrl.learn.beacon import Beacon
+
+            observers.append(Beacon(job.beacon, job.arm.name))
         if job.transitions:
             keys = None if job.learner_keys is None else client_keys(job.learner_keys)
             spec = served_spec(info, arm.robot.spec.num_joints)

@@ -60,7 +60,7 @@ BAD_FLEETS = [
     (ARM + "id = 5\n", "robots.a.id: expected a string"),
     (
         ARM.replace('["recorder"]', '["recorder", "pilot"]'),
-        "robots.a.roles[1]: 'pilot' is not a role (recorder, deploy_client, inference_server, learner)",
+        "robots.a.roles[1]: 'pilot' is not a role (recorder, deploy_client, actor, inference_server, learner)",
     ),
     (ARM.replace('["recorder"]', '["learner"]'), "robots.a.roles[0]: 'learner' is not a robot role"),
     (ARM.replace('["recorder"]', '["recorder", "recorder"]'), "robots.a.roles[1]: 'recorder' is listed twice"),

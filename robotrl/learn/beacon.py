@@ -1,0 +1,111 @@
+"""`Beacon`: an episode observer that keeps a small JSON file up to date while the arm
+runs, so a supervisor (`robotrl up`) can tell that an actor is alive and what it does;
+`read_beacon` reads it back.
+
+The file is rewritten (atomically: a temporary file renamed over it) at most every
+`BEACON_EVERY_S` seconds of wall time, and at once when an episode starts or ends and
+when the first chunk arrives. Its `monotonic_s` is `time.monotonic()` of the write:
+CLOCK_MONOTONIC is one clock for every process of a Linux machine, so the supervisor
+compares it with its own `time.monotonic()` to see how long the actor has been quiet.
+
+Robot side: no torch, no mujoco.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from robotrl.inference.runner import EpisodeResult, TickEvent
+
+BEACON_EVERY_S = 0.5
+"""Longest time between two writes while the loop ticks, seconds."""
+
+
+class Beacon:
+    """Observer writing `path`: robot id, pid, `monotonic_s` and `time_s` of the write,
+    episodes ended and successes (this process), the current episode's seed, ticks, paused
+    ticks (held for lack of a chunk) and intervened ticks since the process started, the
+    last weight version executed (-1: none yet), the control rate over the last write
+    period in Hz, and `first_chunk_monotonic_s` (when the first policy row was executed;
+    None before)."""
+
+    def __init__(
+        self,
+        path: Path,
+        robot_id: str,
+        *,
+        every_s: float = BEACON_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path, self.robot_id, self.every_s, self.clock = Path(path), robot_id, every_s, clock
+        self.episodes = self.successes = self.ticks = self.paused_ticks = self.intervened_ticks = 0
+        self.seed: int | None = None
+        self.version = -1
+        self.first_chunk_s: float | None = None
+        self._written_s = -math.inf
+        self._rate_from = (clock(), 0)
+        self.control_rate_hz = 0.0
+        self.write()
+
+    def on_episode_start(self, seed: int, instruction: str) -> None:
+        self.seed = seed
+        self.write()
+
+    def on_tick(self, event: TickEvent) -> None:
+        record = event.record
+        self.ticks += 1
+        self.paused_ticks += record.paused
+        self.intervened_ticks += record.intervened
+        if record.version >= 0:
+            self.version = record.version
+        if self.first_chunk_s is None and record.chunk_id >= 0:
+            self.first_chunk_s = self.clock()
+            self.write()
+        elif self.clock() - self._written_s >= self.every_s:
+            self.write()
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        self.episodes += 1
+        self.successes += bool(result.success)
+        self.write()
+
+    def write(self) -> None:
+        """Rewrite the file now."""
+        now = self.clock()
+        since, ticks = self._rate_from
+        if now - since >= self.every_s:
+            self.control_rate_hz = (self.ticks - ticks) / (now - since)
+            self._rate_from = (now, self.ticks)
+        data = {
+            "robot_id": self.robot_id,
+            "pid": os.getpid(),
+            "monotonic_s": now,
+            "time_s": time.time(),
+            "episodes": self.episodes,
+            "successes": self.successes,
+            "seed": self.seed,
+            "ticks": self.ticks,
+            "paused_ticks": self.paused_ticks,
+            "intervened_ticks": self.intervened_ticks,
+            "version": self.version,
+            "control_rate_hz": round(self.control_rate_hz, 2),
+            "first_chunk_monotonic_s": self.first_chunk_s,
+        }
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
+        self._written_s = now
+
+
+def read_beacon(path: Path) -> dict | None:
+    """The beacon at `path`, or None when there is none (yet) or it cannot be read."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
