@@ -1,7 +1,8 @@
 """`load_policy(path)`: any checkpoint folder robotrl can serve, as a `ChunkPolicy`.
 
 - robotrl checkpoints (`config.json` with a `policy_type`: "fastslow_flow", "sac", "dsrl");
-- lerobot `pretrained_model` folders (`config.json` with a lerobot `type`, e.g. "act").
+- lerobot `pretrained_model` folders (`config.json` with a lerobot `type`, e.g. "act"; the
+  VLAs "pi0", "pi05" and "smolvla" load offline through `lerobot_adapter/vla.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ChunkPolicy
 from robotrl.policies.checkpoint import read_config
+from robotrl.policies.lerobot_adapter.offline import VLA_TYPES
 
 POLICY_TYPES = ("fastslow_flow", "sac", "dsrl")
 
@@ -48,6 +50,10 @@ def _load(path: Path, seed: int, device: str) -> ChunkPolicy:
         from robotrl.policies.sac.noise_policy import DsrlChunkPolicy
 
         return DsrlChunkPolicy.load(path, seed=seed, device=device)
+    if policy_type is None and doc.get("type") in VLA_TYPES:
+        from robotrl.policies.lerobot_adapter.split import adapter_class
+
+        return adapter_class(doc["type"]).from_pretrained(path, seed=seed, device=device)
     if policy_type is None and "type" in doc:
         from robotrl.policies.lerobot_adapter.policy import LerobotChunkPolicy
 

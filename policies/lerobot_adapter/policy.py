@@ -1,4 +1,4 @@
-"""lerobot policies (ACT, Diffusion, ...) behind the `ChunkPolicy` protocol.
+"""lerobot policies (ACT, Diffusion, and the VLAs of `vla.py`) behind the `ChunkPolicy` protocol.
 
 `LerobotChunkPolicy` wraps a lerobot `PreTrainedPolicy` with its pre-processor
 (rename, batch, normalise) and post-processor (unnormalise): `predict_chunk` returns the
@@ -33,6 +33,11 @@ every robot from its own noise, seeded by (seed, tick); the denoising steps of l
 DDPM scheduler then draw more noise for the whole batch, so a batched Diffusion chunk is
 a sample from the same distribution, equal to the lone one only with DDIM.
 
+RTC: ACT and Diffusion have no RTC guidance, so an observation with an RTC prefix
+(`prefix_rad`, sent in the executor's vlash+rtc and sync+rtc modes) is refused with a
+ValueError, never silently ignored. lerobot's VLAs (pi0, pi0.5, SmolVLA) pass it to lerobot's
+own RTC guidance and split into fast and slow pathways where they can (`vla.py`, `split.py`).
+
 Devices: `from_pretrained(path, device=...)` loads the model onto `device` whatever
 device the checkpoint was trained on (a `lerobot-train` folder from a GPU box says
 `"device": "cuda"` in `config.json` and `policy_preprocessor.json`): lerobot's
@@ -54,11 +59,13 @@ from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.core.seeds import tick_seed
 from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
 from robotrl.policies.device import module_device, to_device, torch_device
+from robotrl.policies.lerobot_adapter.offline import VLA_TYPES
 from robotrl.policies.lerobot_adapter.units import checkpoint_convention
 
 STATE_KEY = "observation.state"
 ENV_KEY = "observation.environment_state"
 IMAGE_PREFIX = "observation.images."
+ACTION_KEY = "action"
 DEVICE_STEP = "device_processor"
 """lerobot's processor step that moves a batch to a device (registry name)."""
 
@@ -102,25 +109,49 @@ class LerobotChunkPolicy:
         cls, path: Path, *, control_rate_hz: float = 30.0, seed: int = 0, device: str | torch.device = "cpu"
     ) -> LerobotChunkPolicy:
         """Load a local lerobot `pretrained_model` folder (no hub access) onto `device`,
-        whatever device it was trained on."""
+        whatever device it was trained on (an instance of `cls`; pi0, pi0.5 and SmolVLA
+        folders load with `load_policy`, which picks their class: `split.adapter_class`)."""
+        return cls._load(Path(path), control_rate_hz=control_rate_hz, seed=seed, device=device)
+
+    @classmethod
+    def _load(cls, path: Path, *, control_rate_hz: float, seed: int, device: str | torch.device):
+        """`from_pretrained` as an instance of `cls`, with its `_offline_overrides` and
+        `_check_weights`."""
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
-        path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"no lerobot pretrained_model folder at {path} (missing config.json)")
         device = torch_device(device)
         config = PreTrainedConfig.from_pretrained(str(path))
+        if config.type in VLA_TYPES and not cls.serves_vlas:
+            raise ConfigError(
+                f"{path} holds a lerobot {config.type} policy: load it with robotrl.policies.loading.load_policy"
+            )
         config.device = str(device)  # lerobot reads the weights onto it
+        overrides = _device_override(path / "policy_preprocessor.json", device) | cls._offline_overrides(config, path)
         policy = get_policy_class(config.type).from_pretrained(str(path), config=config)
+        cls._check_weights(policy, path)
         pre, post = make_pre_post_processors(
             config,
             pretrained_path=str(path),
-            preprocessor_overrides=_device_override(path / "policy_preprocessor.json", device),
+            preprocessor_overrides=overrides,
             postprocessor_overrides=_device_override(path / "policy_postprocessor.json", torch.device("cpu")),
         )
         joints = checkpoint_convention(path, pre)
         return cls(policy, pre, post, control_rate_hz=control_rate_hz, seed=seed, joints=joints)
+
+    serves_vlas = False
+    """Whether this class serves lerobot's VLAs (`vla.py`)."""
+
+    @classmethod
+    def _offline_overrides(cls, config, path: Path) -> dict:
+        """Pre-processor overrides (and config changes) that make `path` load offline."""
+        return {}
+
+    @classmethod
+    def _check_weights(cls, policy, path: Path) -> None:
+        """Raise when the loaded weights do not fit (lerobot's own loaders check ACT's)."""
 
     @property
     def device(self) -> torch.device:
@@ -169,7 +200,14 @@ class LerobotChunkPolicy:
     @torch.no_grad()
     def predict_chunks(self, observations: list[PolicyObservation]) -> list[ActionChunk]:
         """One forward pass for the observations of many robots: (H, A) chunks in radians,
-        each starting at its observation's `tick + delay_ticks` (see the module docstring)."""
+        each starting at its observation's `tick + delay_ticks` (see the module docstring).
+        ACT and Diffusion have no RTC guidance: an observation with a prefix is refused."""
+        for obs in observations:
+            if self._prefix_rows(obs):
+                raise ValueError(
+                    f"lerobot {self.config.type} policies have no RTC guidance, so they cannot follow the "
+                    "RTC prefix sent: run the robot in vlash or sync mode, not vlash+rtc or sync+rtc"
+                )
         batch = self.preprocessor(self._batch(observations))
         n_obs = int(getattr(self.config, "n_obs_steps", 1))
         if n_obs > 1:
@@ -180,13 +218,26 @@ class LerobotChunkPolicy:
         self.policy.reset()  # stateless: never serve from lerobot's internal action queue
         kwargs = {"noise": self._noise(observations)} if self.config.type == "diffusion" else {}
         actions = self.postprocessor(self.policy.predict_action_chunk(batch, **kwargs))
-        actions = actions.detach().float().cpu().numpy().astype(np.float64)
-        if actions.ndim == 2:
-            actions = actions[None]
+        return self._chunks(actions, observations)
+
+    def _chunks(self, actions: torch.Tensor, observations: list[PolicyObservation]) -> list[ActionChunk]:
+        """(B, H, A) post-processed actions in the checkpoint's units -> chunks in radians."""
+        rows = actions.detach().float().cpu().numpy().astype(np.float64)
+        if rows.ndim == 2:
+            rows = rows[None]
         return [
-            ActionChunk(self.joints.to_radians(rows), obs.tick + obs.delay_ticks, self.version)
-            for rows, obs in zip(actions, observations)
+            ActionChunk(self.joints.to_radians(r), obs.tick + obs.delay_ticks, self.version)
+            for r, obs in zip(rows, observations)
         ]
+
+    def _prefix_rows(self, obs: PolicyObservation) -> int:
+        """P, rows of `obs.prefix_rad` the chunk is guided toward (at most H); 0 without."""
+        prefix = obs.prefix_rad
+        if prefix is None or len(prefix) == 0:
+            return 0
+        if np.ndim(prefix) != 2 or np.shape(prefix)[1] != self._action_dim:
+            raise ValueError(f"prefix_rad has shape {np.shape(prefix)}, expected (P, {self._action_dim})")
+        return min(len(prefix), self.horizon)
 
     def _noise(self, observations: list[PolicyObservation]) -> torch.Tensor:
         """(B, horizon, A) initial diffusion noise, each row from its own (seed, tick), drawn
@@ -196,14 +247,22 @@ class LerobotChunkPolicy:
         rows = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in seeds]
         return torch.cat(rows).to(self.device)
 
-    def _batch(self, observations: list[PolicyObservation]) -> dict:
+    def _batch(self, observations: list[PolicyObservation], *, with_images: bool = True, prefix_rows: int = 0) -> dict:
         """The lerobot batch of `observations` on the model's device: (B, S) state, per
-        camera (B, 3, h, w) float in [0, 1], (B, E) env_state, B task strings."""
+        camera (B, 3, h, w) float in [0, 1] (none without `with_images`), (B, E) env_state, B
+        task strings, and with `prefix_rows` P > 0 the first P rows of every RTC prefix as
+        (B, P, A) `action` in the checkpoint's units (the pre-processor normalises it as it
+        does training targets)."""
         device = self.device
         states = np.stack([self._state(obs) for obs in observations])
         batch: dict = {STATE_KEY: to_device(torch.from_numpy(states), device)}
         batch["task"] = [obs.instruction for obs in observations]
-        for key in self._image_keys:
+        if prefix_rows:
+            prefix = [
+                self.joints.from_radians(np.asarray(o.prefix_rad, np.float64)[:prefix_rows]) for o in observations
+            ]
+            batch[ACTION_KEY] = to_device(torch.from_numpy(np.stack(prefix).astype(np.float32)), device)
+        for key in self._image_keys if with_images else ():
             cam = key[len(IMAGE_PREFIX) :]
             images = [self._image(obs, cam) for obs in observations]
             batch[key] = _to_chw_float(images, self._image_shapes[key], device)

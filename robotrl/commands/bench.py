@@ -26,6 +26,8 @@ BENCHES = {
     "robot's id); dead threads, wrong replies, RSS growth",
     "learner": "SAC updates/s (batch 256, utd 2; on the CPU 1 thread) vs lerobot's SACAlgorithm on equal networks "
     "on the same device, state-only and with 64x64 cameras",
+    "vla": "lerobot pi0 / pi0.5 / SmolVLA with random weights (full size or tiny): whole call, slow (prefix) and fast "
+    "(expert) pathways p50/p99, peak GPU memory, chunks/s for 1, 4, 8 robots with and without the split",
 }
 
 
@@ -451,6 +453,44 @@ def _bench_learner(args: argparse.Namespace) -> dict:
     return results
 
 
+def _vla_arguments(parser: argparse.ArgumentParser) -> None:
+    from robotrl.policies.lerobot_adapter.presets import KINDS, SIZES
+
+    parser.add_argument("--type", choices=KINDS, default="pi0", help="lerobot VLA (default: %(default)s)")
+    parser.add_argument(
+        "--size", choices=SIZES, default="tiny", help="full: the real model (a GPU); tiny: toy widths (default: tiny)"
+    )
+    _repeats(parser, "timed calls per measurement", default=30)
+    parser.add_argument("--cameras", type=int, default=3, help="224 px cameras, 1-3 (default: %(default)s)")
+    add_device_arguments(parser)
+
+
+def _bench_vla(args: argparse.Namespace) -> dict:
+    from robotrl.bench import vla
+    from robotrl.core.errors import UserError
+    from robotrl.report.table import format_table
+
+    if args.repeats < 1 or not 1 <= args.cameras <= len(vla.CAMERA_NAMES):
+        raise UserError(f"--repeats must be at least 1 and --cameras in 1..{len(vla.CAMERA_NAMES)}")
+    import torch
+
+    device = resolve_device(args.device)
+    if device == "cpu":
+        torch.set_num_threads(1)  # as bench policy: one core, comparable between machines
+    results = vla.run(args.type, args.size, device, repeats=args.repeats, cameras=args.cameras)
+    keys = [k for k in results if k.endswith("_ms") or k in ("parameters", "peak_gpu_memory_mb", "split")]
+    print(format_table(("metric", "value"), [(k, _rounded(results[k])) for k in keys]))
+    columns = tuple(results["rows"][0])
+    print(format_table(columns, [tuple(_rounded(r[c]) for c in columns) for r in results["rows"]]))
+    for target, met in results["targets"].items():
+        print(f"target ({target}): {'no split' if met is None else 'met' if met else 'MISSED'}")
+    return results
+
+
+def _rounded(value):
+    return round(value, 2) if isinstance(value, float) else value
+
+
 _PARSERS = {
     "sim": (BENCHES["sim"], _sim_arguments),
     "record": (BENCHES["record"], _record_arguments),
@@ -462,6 +502,7 @@ _PARSERS = {
     "buffer": (BENCHES["buffer"], _buffer_arguments),
     "hostile": (BENCHES["hostile"], _hostile_arguments),
     "learner": (BENCHES["learner"], _learner_arguments),
+    "vla": (BENCHES["vla"], _vla_arguments),
 }
 
 _BENCH_RUNNERS = {
@@ -475,4 +516,5 @@ _BENCH_RUNNERS = {
     "buffer": _bench_buffer,
     "hostile": _bench_hostile,
     "learner": _bench_learner,
+    "vla": _bench_vla,
 }
