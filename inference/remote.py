@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from robotrl.core.errors import TransportTimeout, WireError
+from robotrl.core.errors import TransportTimeout, UserError, WireError
 from robotrl.core.policy import ActionChunk, PolicyObservation
 from robotrl.core.task import Intervener
 from robotrl.hardware.safety import SafeRobot
@@ -179,7 +179,13 @@ def remote_executor(
     """The executor of an arm served by the server behind `client` (connected;
     `server_info` its hello reply). `stepped_delay` None: chunks arrive when they arrive
     (wall clock); an int d: each is taken in exactly d ticks after its request
-    (`SteppedRemoteSource`, for a simulated arm on a `SimClock`)."""
+    (`SteppedRemoteSource`, for a simulated arm on a `SimClock`). A mode with RTC against
+    a policy that follows no RTC prefix is a `UserError`."""
+    if config.mode.endswith("+rtc") and server_info.get("rtc") is False:
+        raise UserError(
+            f"the served {server_info.get('policy')} policy follows no RTC prefix: use --mode "
+            f"{config.mode.removesuffix('+rtc')} instead of {config.mode}"
+        )
     remote = RemoteChunkSource(client, robot_id, robot.spec.num_joints)
     source = remote if stepped_delay is None else SteppedRemoteSource(remote, stepped_delay)
     first = initial_delay_ticks(server_info, robot.spec.control_rate_hz) if stepped_delay is None else stepped_delay

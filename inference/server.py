@@ -245,6 +245,7 @@ class PolicyServer:
             "image_size_px": self.policy.metadata.image_size_px,
             "env_state_dim": self.policy.metadata.env_state_dim,
             "control_rate_hz": self.policy.metadata.control_rate_hz,
+            "rtc": self.policy.metadata.follows_rtc_prefix,
         }
         try:
             server = ServerSocket(

@@ -182,7 +182,11 @@ class LerobotChunkPolicy:
             size,
             "",
             env_state_dim=env_dim,
+            follows_rtc_prefix=self.follows_rtc_prefix,
         )
+
+    follows_rtc_prefix = False
+    """ACT and Diffusion have no RTC guidance (the VLA subclass has lerobot's)."""
 
     @property
     def horizon(self) -> int:

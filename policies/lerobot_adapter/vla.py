@@ -90,6 +90,9 @@ class LerobotVlaPolicy(LerobotChunkPolicy):
     def _check_weights(cls, policy, path: Path) -> None:
         offline.check_weights(policy, path)
 
+    follows_rtc_prefix = True
+    """lerobot's own RTC guidance follows the prefix."""
+
     def __init__(self, policy, preprocessor, postprocessor, **kwargs) -> None:
         enable_rtc(policy.config)
         policy.init_rtc_processor()

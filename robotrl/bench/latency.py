@@ -14,11 +14,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import cast
 
-from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, chunk_horizon, make_env, run_cell
+from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, chunk_horizon, load_checkpoint, make_env, run_cell
 from robotrl.bench.plots import plot_latency
 from robotrl.bench.report import Table, write_report
 from robotrl.bench.runner import run_cells
 from robotrl.bench.summary import MAIN_COLUMNS, find_row, row_cells, sanitize, summarize
+from robotrl.core.errors import UserError
 from robotrl.sim.scenario import get_scenario
 
 MODES = ("sync", "naive", "vlash", "vlash+rtc", "ensemble")
@@ -48,6 +49,7 @@ def run(
     """Run (or resume) every (mode, delay, seed) cell in `scenario` physics; write
     report.md, results.json, plots."""
     physics = get_scenario(scenario)
+    modes = rtc_capable_modes(setup, modes)
     cells = [Cell(physics, mode, delay, seed0 + i) for delay in delays for mode in modes for i in range(episodes)]
     start = time.perf_counter()
     records = run_cells(
@@ -192,3 +194,16 @@ def _ticks(value: float | None) -> str:
 
 def met_text(value: bool | None) -> str:
     return "n/a" if value is None else ("met" if value else "MISSED")
+
+
+def rtc_capable_modes(setup: BenchSetup, modes: list[str]) -> list[str]:
+    """`modes` without the RTC ones when the policy follows no RTC prefix (ACT,
+    Diffusion), saying so in one line."""
+    if not setup.checkpoint or load_checkpoint(setup.checkpoint, setup.device).metadata.follows_rtc_prefix:
+        return modes
+    kept = [m for m in modes if not m.endswith("+rtc")]
+    if len(kept) < len(modes):
+        print(f"{setup.checkpoint} follows no RTC prefix: leaving out {', '.join(sorted(set(modes) - set(kept)))}")
+    if not kept:
+        raise UserError(f"{setup.checkpoint} follows no RTC prefix: choose --modes without +rtc")
+    return kept

@@ -37,6 +37,9 @@ class PolicyMetadata:
     execute_steps: int = 0
     """s, rows of a chunk the policy was trained to run before the next synchronous
     request (evaluation's default); 0: all H."""
+    follows_rtc_prefix: bool = True
+    """Whether the policy uses an RTC prefix (guidance or clean rows); False: a request
+    carrying one is refused, so the rtc execution modes cannot drive it."""
 
 
 @dataclass

@@ -126,6 +126,13 @@ def test_lerobot_policy_chunks_in_robot_units(kind, tmp_path, monkeypatch):
     loaded = load_policy(folder)
     assert isinstance(loaded, LerobotChunkPolicy)
     np.testing.assert_array_equal(loaded.predict_chunk(observation()).actions_rad, chunk.actions_rad)
+    # No RTC guidance: the capability says so, and the latency benchmark leaves the rtc modes out.
+    from robotrl.bench.cells import BenchSetup
+    from robotrl.bench.latency import rtc_capable_modes
+
+    assert loaded.metadata.follows_rtc_prefix is False
+    modes = rtc_capable_modes(BenchSetup(checkpoint=str(folder)), ["sync", "vlash", "vlash+rtc"])
+    assert modes == ["sync", "vlash"]
 
 
 def test_lerobot_adapter_rejects_bad_observations():
@@ -312,3 +319,16 @@ def test_diffusion_starts_each_robot_from_its_own_noise_and_ddim_batches_exactly
     batched = policy.predict_chunks(observations)
     for b, obs in zip(batched, observations):
         np.testing.assert_allclose(b.actions_rad, policy.predict_chunk(obs).actions_rad, atol=1e-5)
+
+
+def test_deploy_refuses_an_rtc_mode_for_a_policy_without_rtc_in_one_line(tmp_path, capsys, monkeypatch):
+    from robotrl.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    policy, folder = build("act"), tmp_path / "act"
+    for part in (policy.policy, policy.preprocessor, policy.postprocessor):
+        part.save_pretrained(folder)
+    args = ["deploy", "--robot", "sim", "--task", "reach", "--policy", str(folder), "--episodes", "1"]
+    assert main([*args, "--mode", "vlash+rtc"]) == 2
+    err = capsys.readouterr().err
+    assert "follows no RTC prefix: use --mode vlash instead of vlash+rtc" in err and len(err.strip().splitlines()) == 1
