@@ -31,7 +31,7 @@ from robotrl.fleet import Fleet, RobotEntry
 from robotrl.inference.arm import ArmConfig
 from robotrl.inference.executor import ExecutorConfig
 from robotrl.learn.actor import ACTOR_SEED_STRIDE, ActorJob, InterventionConfig
-from robotrl.learn.launch import LOCAL, actor_command, free_port, learner_command, serve_command
+from robotrl.learn.launch import LOCAL, actor_command, free_port, free_port_pair, learner_command, serve_command
 from robotrl.wire.keys import client_keys
 
 if TYPE_CHECKING:
@@ -214,22 +214,15 @@ def _endpoints(fleet: Fleet) -> dict[str, str]:
     return endpoints
 
 
-def _free_port(taken: set[int], *, pair: bool, tries: int = 50) -> int:
+def _free_port(taken: set[int], *, pair: bool) -> int:
     """A free loopback port not in `taken` (with `pair`: its next one free too)."""
-    import socket
-
-    for _ in range(tries):
+    if pair:
+        return free_port_pair(taken=taken)
+    for _ in range(50):
         port = free_port()
-        if port in taken or (pair and port + 1 in taken):
-            continue
-        if pair:
-            with socket.socket() as s:
-                try:
-                    s.bind((LOCAL, port + 1))
-                except OSError:
-                    continue
-        return port
-    raise UserError("found no free TCP ports on loopback")
+        if port not in taken:
+            return port
+    raise UserError("found no free TCP port on loopback")
 
 
 def _device(fleet: Fleet, requested: str, role: str) -> str:

@@ -39,10 +39,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_port_pair(tries: int = 50) -> int:
-    """A port P such that P and P + 1 are free now (weights PUB and latest-weights)."""
+def free_port_pair(tries: int = 50, taken: frozenset[int] | set[int] = frozenset()) -> int:
+    """A port P such that P and P + 1 are free now (weights PUB and latest-weights) and
+    neither is in `taken` (ports already handed out)."""
     for _ in range(tries):
         port = free_port()
+        if port in taken or port + 1 in taken:
+            continue
         with socket.socket() as s:
             try:
                 s.bind((LOCAL, port + 1))

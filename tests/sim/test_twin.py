@@ -179,18 +179,23 @@ def test_sigterm_exits_0_quickly_and_leaves_the_users_folder(tmp_path: Path) -> 
     assert not Path(info["calibration_dir"]).exists()
 
 
-def record_from_twin(tmp_path: Path, info: dict, root: Path, *flags: str) -> subprocess.CompletedProcess:
-    """`robotrl record --robot so101 --teleop leader --cameras ...` against a running twin."""
-    args = ["--robot", "so101", "--port", info["follower_port"], "--robot-id", info["robot_id"]]
-    args += ["--teleop", "leader", "--leader-port", info["leader_port"], "--leader-id", info["leader_id"]]
-    args += ["--cameras", info["cameras"], *flags, "--root", str(root)]
+def run_on_twin(info: dict, *argv: str) -> subprocess.CompletedProcess:
+    """A command (`python -m ...`) against a running twin, with its calibration folder."""
     return subprocess.run(
-        [sys.executable, "-m", "robotrl.cli", "record", *args],
+        [sys.executable, "-m", *argv],
         env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def record_from_twin(tmp_path: Path, info: dict, root: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`robotrl record --robot so101 --teleop leader --cameras ...` against a running twin."""
+    args = ["--robot", "so101", "--port", info["follower_port"], "--robot-id", info["robot_id"]]
+    args += ["--teleop", "leader", "--leader-port", info["leader_port"], "--leader-id", info["leader_id"]]
+    args += ["--cameras", info["cameras"], *flags, "--root", str(root)]
+    return run_on_twin(info, "robotrl.cli", "record", *args)
 
 
 def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp_path: Path) -> None:
@@ -267,13 +272,7 @@ def test_twin_round_trip_record_lerobot_train_act_and_serve_it_in_vlash_mode(tmp
             "--task",
             "touch the red ball",
         ]
-        deployed = subprocess.run(
-            [sys.executable, "-m", "robotrl.cli", "deploy", *args, "--episodes", "1", "--max-seconds", "2"],
-            env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        deployed = run_on_twin(info, "robotrl.cli", "deploy", *args, "--episodes", "1", "--max-seconds", "2")
     finally:
         stop_twin(proc)
     assert deployed.returncode == 0, deployed.stderr[-3000:]
@@ -305,13 +304,7 @@ def test_lerobot_record_itself_on_the_twin_makes_a_dataset_robotrl_trains_on(tmp
     args += ["--dataset.single_task=touch the red ball", "--dataset.num_episodes=2", "--dataset.episode_time_s=1.5"]
     args += ["--dataset.reset_time_s=0", "--dataset.push_to_hub=false"]
     try:
-        ran = subprocess.run(
-            [sys.executable, "-m", "lerobot.scripts.lerobot_record", *args],
-            env={**ENV, "HF_LEROBOT_CALIBRATION": info["calibration_dir"]},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        ran = run_on_twin(info, "lerobot.scripts.lerobot_record", *args)
     finally:
         stop_twin(proc)
     assert ran.returncode == 0, ran.stderr[-3000:]
