@@ -19,6 +19,7 @@ import numpy as np
 
 from robotrl.core.clock import Clock, WallClock
 from robotrl.core.errors import ConfigError, SafetyTrip
+from robotrl.core.health import ArmHealth, HealthReporting
 from robotrl.core.robot import Robot, RobotSpec, RobotState
 
 if TYPE_CHECKING:
@@ -156,6 +157,7 @@ class SafeRobot:
         self._lock = threading.RLock()
         self._last_target: np.ndarray | None = None
         self._last_command_s = 0.0
+        self._commanded_s: float | None = None  # clock time of the last command sent (health)
         self._holding = False
         self._estop_reason: str | None = None
         self._watchdog_thread: threading.Thread | None = None
@@ -175,6 +177,7 @@ class SafeRobot:
         (for wall-clock loops on real arms, where a stuck loop never calls read())."""
         self.robot.connect()
         self.stats = SafetyStats()
+        self._commanded_s = None
         self.resync()
         if watchdog_thread and self.limits.watchdog_ms > 0:
             self._stop.clear()
@@ -227,7 +230,7 @@ class SafeRobot:
             sent = self.robot.command(safe)
             self.stats.commands += 1
             self._last_target = np.asarray(sent, dtype=np.float64)
-            self._last_command_s = now_s
+            self._last_command_s = self._commanded_s = now_s
             self._holding = False
             return sent
 
@@ -244,6 +247,21 @@ class SafeRobot:
                 self._last_target = self.robot.read().q_rad.copy()
             except Exception:  # keep the previous reference if the robot cannot be read
                 log.exception("SafeRobot.hold could not read the robot")
+
+    def health(self) -> ArmHealth:
+        """The wrapped robot's health when it reports any (`HealthReporting`), and the
+        seconds since the last command reached it (on this robot's clock). Never raises: a
+        failed health read is logged and leaves the driver's part out."""
+        with self._lock:
+            report: ArmHealth = {}
+            if isinstance(self.robot, HealthReporting):
+                try:
+                    report = self.robot.health().copy()
+                except Exception:  # health must never stop the arm
+                    log.exception("SafeRobot.health: the robot's health could not be read")
+            then = self._commanded_s
+            report["last_command_age_s"] = None if then is None else max(self.clock.now() - then, 0.0)
+            return report
 
     # -- safety controls -----------------------------------------------------------------
     def resync(self) -> None:

@@ -335,6 +335,18 @@ class Executor:
         """Queued rows for ticks from `now` on (a chunk that came early starts after `now`)."""
         return sum(1 for tick in self._queue if tick >= now)
 
+    def _fresh_remaining(self, now: int) -> int:
+        """Queued rows for ticks from `now` on planned less than H ticks after their
+        chunk's observation. A vlash chunk keyed at t + d runs to t + d + H - 1: its last d
+        rows count for forwarding and as a reserve, not towards the threshold, so every
+        async mode re-plans at the same ticks and executes rows of the same age."""
+        origin, received, h = self._origin, self.received, self.horizon
+        return sum(
+            1
+            for tick in self._queue
+            if tick >= now and (tick not in origin or tick < received[origin[tick]].obs_tick + h)
+        )
+
     def _planned(self, now: int, d: int) -> np.ndarray:
         """(n, J) targets planned for ticks `now` .. up to `now + d - 1`, as far as rows are
         queued; a tick before the first queued row holds the last target sent."""
@@ -345,7 +357,7 @@ class Executor:
     def _wants_chunk(self, now: int) -> bool:
         if self.config.sync:
             return self._in_flight is None and self._remaining(now) == 0
-        return should_request(self._remaining(now), self.horizon, self.threshold, self._in_flight is not None)
+        return should_request(self._fresh_remaining(now), self.horizon, self.threshold, self._in_flight is not None)
 
     def _request(self, now: int, measured: RobotState, env_state: np.ndarray | None) -> None:
         d = self.delay.estimate()

@@ -7,6 +7,8 @@ from collections import deque
 
 import numpy as np
 
+from robotrl.core.health import percentiles
+
 
 class LatencyStats:
     """Keeps the last `window` samples of each timing (nanoseconds)."""
@@ -25,9 +27,7 @@ class LatencyStats:
         """{"p50": ..., "p95": ..., "p99": ...} in milliseconds; empty without samples."""
         with self._lock:
             samples = np.asarray(self._samples.get(key, ()), dtype=np.float64)
-        if samples.size == 0:
-            return {}
-        return {f"p{q:g}": float(np.percentile(samples, q)) / 1e6 for q in qs}
+        return percentiles(samples / 1e6, qs)
 
     def count(self, key: str) -> int:
         with self._lock:

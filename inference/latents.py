@@ -7,16 +7,21 @@ instruction or the episode (ticks go back) changed; `refresh` re-encodes it from
 images (the server's slow loop, the local source's every-n-requests). Its age is the
 request tick minus the latent's tick, 0 without images (the latent of the instruction
 alone never ages). Thread-safe: the server's model and slow threads both use it.
+
+Many robots at once (`latents_for`, `refresh_many`): the robots due for a new latent are
+encoded together, in one model call when the policy is a `BatchedSlowPolicy`; each latent
+still carries its own robot's tick (so its own age) and the weight version of that call.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from robotrl.core.policy import PolicyObservation, SlowFastPolicy
+from robotrl.core.policy import BatchedSlowPolicy, PolicyObservation, SlowFastPolicy
 
 AGES_KEPT = 1000
 """Latent ages kept per robot for the benchmarks' age histogram."""
@@ -48,27 +53,71 @@ class LatentCache:
     def latent_for(self, robot_id: str, obs: PolicyObservation, version: int) -> tuple[Any, int]:
         """(latent, age in ticks) for `obs` of `robot_id` under weight `version`; encodes
         a fresh latent when the cached one does not fit (see the module docstring)."""
+        return self.latents_for([robot_id], [obs], version)[0]
+
+    def latents_for(
+        self, robot_ids: list[str], observations: list[PolicyObservation], version: int
+    ) -> list[tuple[Any, int]]:
+        """(latent, age in ticks) per robot for its observation under weight `version`, in
+        order; the robots whose cached latent does not fit are encoded together
+        (`refresh_many`). One observation per robot."""
+        if len(set(robot_ids)) != len(robot_ids) or len(robot_ids) != len(observations):
+            raise ValueError("latents_for: one observation per robot, each robot once")
         with self._lock:
-            robot = self._robots.setdefault(robot_id, _Robot())
-            latent = robot.latent
-        if (
-            latent is None
-            or latent.version != version
-            or latent.instruction != obs.instruction
-            or obs.tick < latent.tick
-        ):
-            latent = self.refresh(robot_id, obs, version)
-        age = obs.tick - latent.tick if obs.images else 0
+            robots = [self._robots.setdefault(robot_id, _Robot()) for robot_id in robot_ids]
+            cached = [robot.latent for robot in robots]
+        due = {r: o for r, o, latent in zip(robot_ids, observations, cached) if not _fits(latent, o, version)}
+        fresh = self.refresh_many(due, version) if due else {}
+        pairs = []
         with self._lock:
-            robot.ages.append(age)
-        return latent.value, age
+            for robot_id, robot, obs, latent in zip(robot_ids, robots, observations, cached):
+                latent = fresh.get(robot_id, latent)
+                assert latent is not None  # every robot without one was due
+                age = obs.tick - latent.tick if obs.images else 0
+                robot.ages.append(age)
+                pairs.append((latent.value, age))
+        return pairs
 
     def refresh(self, robot_id: str, obs: PolicyObservation, version: int) -> _Latent:
         """Encode `obs` now as `robot_id`'s latent (made by weight `version`)."""
-        latent = _Latent(self.policy.encode_slow(obs), obs.tick, version, obs.instruction)
+        return self.refresh_many({robot_id: obs}, version)[robot_id]
+
+    def refresh_many(
+        self,
+        observations: dict[str, PolicyObservation],
+        version: int,
+        on_error: Callable[[str, Exception], None] | None = None,
+    ) -> dict[str, _Latent]:
+        """Encode each robot's observation (robot id -> observation) now as its latent, made
+        by weight `version` and stamped with that observation's tick; one model call for
+        all when the policy is a `BatchedSlowPolicy`, else one each. Returns the new latents
+        by robot id. With `on_error`, a failed call is retried robot by robot and each
+        robot's own failure goes to `on_error(robot_id, exc)` (that robot keeps its latent)
+        instead of raising."""
+        try:
+            return self._encode(observations, version)
+        except Exception as exc:
+            if on_error is None:
+                raise
+            if len(observations) == 1:
+                on_error(next(iter(observations)), exc)
+                return {}
+        fresh: dict[str, _Latent] = {}
+        for robot_id, obs in observations.items():
+            fresh |= self.refresh_many({robot_id: obs}, version, on_error)
+        return fresh
+
+    def _encode(self, observations: dict[str, PolicyObservation], version: int) -> dict[str, _Latent]:
+        batch = list(observations.values())
+        if isinstance(self.policy, BatchedSlowPolicy):
+            values = self.policy.encode_slow_batch(batch)
+        else:
+            values = [self.policy.encode_slow(obs) for obs in batch]
+        latents = [_Latent(value, obs.tick, version, obs.instruction) for value, obs in zip(values, batch, strict=True)]
         with self._lock:
-            self._robots.setdefault(robot_id, _Robot()).latent = latent
-        return latent
+            for robot_id, latent in zip(observations, latents):
+                self._robots.setdefault(robot_id, _Robot()).latent = latent
+        return dict(zip(observations, latents))
 
     def ages(self) -> list[int]:
         """Latent ages in ticks of every answered request, all robots."""
@@ -78,3 +127,14 @@ class LatentCache:
     def clear(self) -> None:
         with self._lock:
             self._robots.clear()
+
+
+def _fits(latent: _Latent | None, obs: PolicyObservation, version: int) -> bool:
+    """Whether `latent` may answer `obs` under weight `version`: same weights and
+    instruction, and the same episode (its tick not ahead of the request's)."""
+    return (
+        latent is not None
+        and latent.version == version
+        and latent.instruction == obs.instruction
+        and obs.tick >= latent.tick
+    )

@@ -51,6 +51,9 @@ class TickEvent:
     """What the executor did."""
     outcome: TaskOutcome
     """The verdict after the tick (a person's label already applied)."""
+    missed_ticks: int = 0
+    """Ticks of this episode so far, this one included, whose work overran the control
+    period (wall clock only; `EpisodeResult.missed_ticks` at the end)."""
 
 
 @dataclass
@@ -186,7 +189,7 @@ class EpisodeRunner:
         intervener = self.executor.intervener
         self.outcome = _labelled(self.task.score(self.ticks), None if intervener is None else intervener.outcome)
         self.episode_return += self.outcome.reward
-        event = TickEvent(state, env_state, record, self.outcome)
+        event = TickEvent(state, env_state, record, self.outcome, self._rate.overruns)
         for observer in self.observers:
             observer.on_tick(event)
         return event

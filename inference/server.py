@@ -10,13 +10,16 @@ Threads:
   weights are swapped in only between batches, so one chunk never mixes versions; the
   version goes out in every reply.
 - weight subscriber (with `weights_from`, `robotrl.wire.weights.WeightSubscriber`):
-  takes the learner's published weights and queues them through `set_weights`. Slow
-  latents made by older weights are recomputed after a swap, so no chunk mixes versions.
+  takes the learner's published weights and queues them through `set_weights`; for a
+  `StagedReloadablePolicy` it also parses them and copies them onto the policy's device,
+  so the model worker only swaps them in (a device-local copy). Slow latents made by
+  older weights are recomputed after a swap, so no chunk mixes versions.
 - slow pathway (policies with `encode_slow`, e.g. the fast/slow VLA): refreshes each
-  robot's latent from its newest images at `slow_rate_hz`, and at once when the robot's
-  instruction changes or its episode restarts (ticks go back); the fast pathway answers
-  every request with the newest latent and its age in ticks (0 without images: the
-  latent of the instruction alone never ages).
+  robot's latent from its newest images at `slow_rate_hz` (all due robots in one model
+  call for a `BatchedSlowPolicy`), and at once when the robot's instruction changes or
+  its episode restarts (ticks go back); the fast pathway answers every request with the
+  newest latent and its age in ticks (0 without images: the latent of the instruction
+  alone never ages).
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zmq
 
 from robotrl.core.devices import DEFAULT_DEVICE, check_device
 from robotrl.core.errors import PeerLost, ProtocolError, TransportTimeout, WrongRobotId
+from robotrl.core.health import GpuHealth, gpu_report
 from robotrl.core.policy import (
     ActionChunk,
     BatchedPolicy,
@@ -41,6 +46,7 @@ from robotrl.core.policy import (
     PolicyObservation,
     ReloadablePolicy,
     SlowFastPolicy,
+    StagedReloadablePolicy,
 )
 from robotrl.core.ratelimit import LogLimiter
 from robotrl.inference.chunking import forward_state
@@ -127,8 +133,11 @@ class PolicyServer:
         *,
         curve: ServerKeys | None = None,
         version: int = 0,
+        device: str | None = None,
     ) -> None:
         self.policy = policy
+        self.device = device
+        """Where the policy computes ("cpu", "cuda:N"), for `health()`; None: not said."""
         self.config = config
         self.curve = curve
         self.version = version
@@ -136,7 +145,7 @@ class PolicyServer:
         self.endpoint = config.endpoint
         self._requests: queue.Queue[_Pending] = queue.Queue()
         self._replies: queue.Queue[tuple[bytes, Message]] = queue.Queue()
-        self._pending_weights: tuple[int, bytes] | None = None
+        self._pending_weights: tuple[int, Any] | None = None  # (version, bytes or staged weights)
         self._latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
         self._newest_obs: dict[str, PolicyObservation] = {}
         self._lock = threading.Lock()
@@ -149,6 +158,10 @@ class PolicyServer:
         """Median model time of the warm-up calls, sent to clients in the hello reply."""
         self.swapped_at_ns: dict[int, int] = {}
         """Weight version -> `time.monotonic_ns()` when it went into service."""
+        self.stage_ms: dict[int, float] = {}
+        """Weight version -> ms staging it took off the serving thread (`StagedReloadablePolicy`)."""
+        self.swap_ms: dict[int, float] = {}
+        """Weight version -> ms the serving thread spent putting it in service, between batches."""
         self.first_chunk_ns: dict[int, int] = {}
         """Weight version -> `time.monotonic_ns()` when its first chunk was ready."""
         self.subscriber: WeightSubscriber | None = None
@@ -158,7 +171,7 @@ class PolicyServer:
         self.last_error = ""
         self.refused = 0
         """Malformed requests answered with an error."""
-        self._batch_times: collections.deque[float] = collections.deque(maxlen=10_000)  # monotonic s per batch
+        self._batches: collections.deque[tuple[float, int]] = collections.deque(maxlen=10_000)  # (monotonic s, size)
         self._log_limiter = LogLimiter()
         self._socket: ServerSocket | None = None  # the I/O thread's, once bound
 
@@ -206,10 +219,22 @@ class PolicyServer:
         self.stop()
 
     def set_weights(self, version: int, weights: bytes) -> None:
-        """Queue new weights (passed to `policy.load_weights`); they take effect before
-        the next batch, never inside a chunk."""
+        """Queue new weights; they take effect before the next batch, never inside a chunk.
+        A `StagedReloadablePolicy` stages them here, in the caller's thread (the weight
+        subscriber's): parsed, checked and on the policy's device before they are queued,
+        so the serving thread only swaps them in (weights that do not fit are logged here
+        and the server keeps its version). Other policies load them on the serving thread."""
+        queued: Any = weights
+        if isinstance(self.policy, StagedReloadablePolicy):
+            start = time.perf_counter()
+            try:
+                queued = self.policy.stage_weights(weights)
+            except Exception:
+                log.exception("weights version %d could not be staged; still serving version %d", version, self.version)
+                return
+            self.stage_ms[version] = (time.perf_counter() - start) * 1000.0
         with self._lock:
-            self._pending_weights = (version, weights)
+            self._pending_weights = (version, queued)
 
     def latent_ages(self) -> list[int]:
         """Latent ages in ticks used for the answered requests (fast/slow policies)."""
@@ -379,7 +404,7 @@ class PolicyServer:
             self._reply(batch[0].identity, ErrorReply(request_id=request.request_id, code="server", message=str(exc)))
             return
         model_ns = time.perf_counter_ns() - start_ns
-        self._batch_times.append(time.monotonic())
+        self._batches.append((time.monotonic(), len(batch)))
         self.first_chunk_ns.setdefault(self.version, time.monotonic_ns())
         for p, chunk in zip(batch, chunks):
             queue_ns = start_ns - p.received_ns
@@ -408,25 +433,41 @@ class PolicyServer:
             log.warning("%s (%d so far): %s", kind, count, exc, exc_info=exc if traceback and count == 1 else None)
 
     def health(self) -> dict:
-        """Threads alive, errors by kind, the last error, requests waiting, model batches
-        per second over the last `HEALTH_WINDOW_S`, the weight version, requests refused,
-        messages dropped from quarantined connections, and (with `weights_from`) the
-        learner connection: answering, and why it was given up."""
+        """Threads alive, errors by kind, the last error, requests waiting (the queue
+        depth), model batches per second and their mean size (requests per model call)
+        over the last `HEALTH_WINDOW_S`, `chunk_ms` (p50 / p99 of the time from a request's
+        arrival to its reply, ms, over the last 10,000 chunks), the weight version,
+        requests refused, messages dropped from quarantined connections, `gpu` (the
+        device's memory and utilisation, `GpuHealth`; None when the device was not given),
+        and (with `weights_from`) the learner connection: answering, and why it was given up."""
         with self._lock:
             errors, last = dict(self.errors), self.last_error
         sub = self.subscriber
         recent = time.monotonic() - HEALTH_WINDOW_S
+        sizes = [size for at, size in list(self._batches) if at >= recent]
         return {
             "threads_alive": {t.name: t.is_alive() for t in self._threads},
             "errors": errors,
             "last_error": last,
             "queued_requests": self._requests.qsize(),
-            "batches_per_s": sum(t >= recent for t in list(self._batch_times)) / HEALTH_WINDOW_S,
+            "batches_per_s": len(sizes) / HEALTH_WINDOW_S,
+            "batch_size": sum(sizes) / len(sizes) if sizes else 0.0,
+            "chunk_ms": self.stats.percentiles_ms("total", (50, 99)),
+            "gpu": self._gpu_health(),
             "version": self.version,
             "refused": self.refused,
             "quarantined_drops": 0 if self._socket is None else self._socket.quarantined_drops,
             "learner": None if sub is None else {"connected": sub.learner_connected, "failure": sub.failure},
         }
+
+    def _gpu_health(self) -> GpuHealth | None:
+        if self.device is None:
+            return None
+        if not self.device.startswith("cuda"):
+            return gpu_report(self.device)
+        from robotrl.policies.device import gpu_health
+
+        return gpu_health(self.device)
 
     def _reply(self, identity: bytes, reply: Message) -> None:
         self._replies.put((identity, reply))
@@ -465,9 +506,7 @@ class PolicyServer:
                 return policy.predict_chunks(observations)
             return [policy.predict_chunk(obs) for obs in observations]
         assert isinstance(policy, SlowFastPolicy)
-        pairs = [
-            self._latents.latent_for(robot_id, obs, self.version) for obs, robot_id in zip(observations, robot_ids)
-        ]
+        pairs = self._latents.latents_for(robot_ids, observations, self.version)
         latents, ages = [value for value, _ in pairs], [age for _, age in pairs]
         if isinstance(policy, BatchedPolicy):
             return policy.predict_chunks(observations, latents, ages)
@@ -480,22 +519,25 @@ class PolicyServer:
             with self._lock:
                 newest = dict(self._newest_obs)
                 self._newest_obs.clear()
-            for robot_id, obs in newest.items():
-                try:
-                    with self._model_lock:
-                        self._latents.refresh(robot_id, obs, self.version)
-                except Exception as exc:  # that robot's latent stays as it was; the thread goes on
-                    self._note_error("slow pathway", exc)
+            if newest:  # one call for all; a robot that fails keeps its latent, the thread goes on
+                with self._model_lock:
+                    self._latents.refresh_many(
+                        newest, self.version, on_error=lambda _, exc: self._note_error("slow pathway", exc)
+                    )
 
     def _apply_pending_weights(self) -> None:
         with self._lock:
             pending, self._pending_weights = self._pending_weights, None
         if pending is not None:
             version, weights = pending
+            start = time.perf_counter()
             with self._model_lock:
                 try:
-                    assert isinstance(self.policy, ReloadablePolicy)
-                    self.policy.load_weights(weights)
+                    if isinstance(self.policy, StagedReloadablePolicy):
+                        self.policy.swap_weights(weights)
+                    else:
+                        assert isinstance(self.policy, ReloadablePolicy)
+                        self.policy.load_weights(weights)
                 except Exception:
                     log.exception(
                         "weights version %d could not be loaded; still serving version %d", version, self.version
@@ -503,4 +545,5 @@ class PolicyServer:
                     return
                 self.version = version
             self.swapped_at_ns[version] = time.monotonic_ns()
+            self.swap_ms[version] = (time.perf_counter() - start) * 1000.0
             log.info("weights version %d in service", version)

@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import numpy as np
 import torch
 
 from robotrl.core.devices import DeviceChoice, FleetGpu, GpuMemory, choose_device, requested_index
+from robotrl.core.health import GpuHealth, gpu_report
 
 CPU = torch.device("cpu")
 PIN_BYTES = 64 * 1024
@@ -36,6 +38,28 @@ def visible_gpus(measure: int | None = None) -> list[GpuMemory]:
         free, total = torch.cuda.mem_get_info(i) if measure is None or measure == i else (0, props.total_memory)
         gpus.append(GpuMemory(i, int(free), int(total), props.name))
     return gpus
+
+
+def gpu_health(device: str | torch.device) -> GpuHealth:
+    """The health of `device` (`robotrl.core.health.GpuHealth`): on a CUDA device its memory
+    in use and total (`torch.cuda.mem_get_info`: the whole GPU, every process) and its
+    utilisation (`torch.cuda.utilization`, None without nvidia-ml-py); on the CPU the device
+    alone. Call it from a process that already computes on that GPU (measuring opens a CUDA
+    context). Never raises: what cannot be measured is None."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return gpu_report(str(dev))
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    free = total = utilization = None
+    try:
+        free, total = torch.cuda.mem_get_info(index)
+    except Exception:  # health must never take a server or learner down
+        pass
+    try:
+        utilization = float(torch.cuda.utilization(index))
+    except Exception:  # no nvidia-ml-py, or no NVML on this driver
+        pass
+    return gpu_report(f"cuda:{index}", free, total, utilization)
 
 
 def select_device(requested: str, fleet: FleetGpu | None = None) -> DeviceChoice:
@@ -66,6 +90,41 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
     if enabled and device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def image_tensor(images: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """(B, h, w, 3) uint8 images as a tensor: a tensor as it is (on its device, pinned or
+    not), a numpy array without a copy (made contiguous first if it is not)."""
+    return images if isinstance(images, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(images))
+
+
+def stage_tensors(tensors: dict[str, torch.Tensor], like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`tensors` (CPU) on the devices of the same-named tensors of `like` (a module's
+    state_dict), finished when this returns. To a GPU they go through pinned memory on a
+    side stream of the calling thread, so a thread serving on that GPU never waits for
+    them (call it off the serving thread); for the CPU they are returned as they are."""
+    out: dict[str, torch.Tensor] = {}
+    streams: dict[torch.device, torch.cuda.Stream] = {}
+    for name, tensor in tensors.items():
+        device = like[name].device
+        if device.type != "cuda":
+            out[name] = tensor.to(device)
+            continue
+        stream = streams.setdefault(device, torch.cuda.Stream(device))
+        with torch.cuda.stream(stream):
+            out[name] = tensor.pin_memory().to(device, non_blocking=True)
+    for stream in streams.values():
+        stream.synchronize()
+    return out
+
+
+def load_staged(module: torch.nn.Module, staged: dict[str, torch.Tensor]) -> None:
+    """Copy `stage_tensors` output into `module`'s parameters and buffers (on their device:
+    on a GPU a copy queued on this thread's stream, which the staged memory outlives)."""
+    module.load_state_dict(staged)
+    for tensor in staged.values():
+        if tensor.is_cuda:
+            tensor.record_stream(torch.cuda.current_stream(tensor.device))
 
 
 def to_device(value: Any, device: torch.device) -> Any:

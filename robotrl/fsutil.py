@@ -1,4 +1,6 @@
-"""Durable file system steps: fsync a file or a folder, swap a folder in atomically.
+"""Durable file system steps: fsync a file or a folder, swap a folder in atomically; and
+`replace_json` / `read_json`, a small file rewritten atomically for readers in other
+processes.
 
 A rename is only durable once the folder that holds it is fsynced, and a file's bytes
 only once the file is; the crash-safe writers (buffer segments, learner checkpoints,
@@ -7,6 +9,7 @@ dataset commits) are built from these steps.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -46,3 +49,21 @@ def replace_dir(new: Path, path: Path, backup: Path) -> None:
     os.rename(new, path)
     fsync_dir(path.parent)
     shutil.rmtree(backup, ignore_errors=True)
+
+
+def replace_json(path: Path, data: object, *, indent: int | None = None) -> None:
+    """Write `data` as JSON to `path` through a temporary file renamed over it, so a reader
+    never sees half a file (atomic, not durable: nothing is fsynced)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`; None when there is none (yet), it cannot be read, or it
+    holds something else than an object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

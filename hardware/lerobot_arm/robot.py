@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robotrl.core.errors import ConfigError, DeviceNotConnected
+from robotrl.core.health import ArmHealth, FrameMeter, MotorReading
+from robotrl.core.ratelimit import LogLimiter
 from robotrl.core.robot import CameraSpec, RobotSpec, RobotState
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.lerobot_arm.units import (
@@ -34,6 +36,12 @@ if TYPE_CHECKING:
     from lerobot.robots.so_follower import SOFollower
 
 log = logging.getLogger(__name__)
+
+MOTOR_READ_EVERY_S = 1.0
+"""Shortest time between two reads of the motors' temperature and voltage, seconds (two
+sync reads of the bus: kept off most control ticks)."""
+FEETECH_VOLT_PER_UNIT = 0.1
+"""Present_Voltage of a Feetech STS servo counts tenths of a volt (120 = 12.0 V)."""
 
 
 class LerobotArm:
@@ -92,6 +100,14 @@ class LerobotArm:
         self._low = np.zeros(self._spec.num_joints)
         self._high = np.zeros(self._spec.num_joints)
         self._last_measured: np.ndarray | None = None
+        self.bus_errors = 0
+        """Motor-bus transactions that failed since connect: health reads (the arm goes on)
+        and commands (then raised). A failed observation is not counted: it ends the run
+        with `DeviceNotConnected`, as does a camera that stalls."""
+        self._frames = {cam.name: FrameMeter() for cam in self._spec.cameras}
+        self._motors: dict[str, MotorReading] = {}
+        self._motors_read_s = -float("inf")
+        self._log_limiter = LogLimiter()
 
     @property
     def spec(self) -> RobotSpec:
@@ -134,6 +150,8 @@ class LerobotArm:
                 "check joint directions at low speed before closing a control loop"
             )
         self._follower = follower
+        self.bus_errors, self._motors, self._motors_read_s = 0, {}, -float("inf")
+        self._frames = {cam.name: FrameMeter() for cam in self._spec.cameras}
 
     def disconnect(self) -> None:
         """Close the bus (torque off) and the cameras; a no-op when not connected."""
@@ -164,6 +182,8 @@ class LerobotArm:
         measured = np.array([obs[key] for key in self._keys], dtype=np.float64)
         self._last_measured = measured
         images = {cam.name: np.asarray(obs[cam.name], dtype=np.uint8) for cam in self._spec.cameras}
+        for name, meter in self._frames.items():  # lerobot's readers stamp frames with perf_counter()
+            meter.note(getattr(follower.cameras.get(name), "latest_timestamp", None))
         return RobotState(q_rad=to_radians(measured, self.units), timestamp_s=stamp_s, images=images)
 
     def command(self, target_rad: np.ndarray) -> np.ndarray:
@@ -177,7 +197,11 @@ class LerobotArm:
         if target.shape != (self._spec.num_joints,):
             raise ValueError(f"command needs shape ({self._spec.num_joints},), got {target.shape}")
         values = np.clip(to_lerobot(target, self.units), self._low, self._high)
-        sent = follower.send_action(dict(zip(self._keys, values.tolist(), strict=True)))
+        try:
+            sent = follower.send_action(dict(zip(self._keys, values.tolist(), strict=True)))
+        except (OSError, RuntimeError):
+            self.bus_errors += 1
+            raise
         return to_radians(np.array([sent[key] for key in self._keys], dtype=np.float64), self.units)
 
     def hold(self) -> None:
@@ -194,6 +218,47 @@ class LerobotArm:
             self._follower.send_action(dict(zip(self._keys, last.tolist(), strict=True)))
         except Exception:  # hold() must never raise
             log.exception("LerobotArm.hold failed on %s", self.port)
+
+    def health(self) -> ArmHealth:
+        """Failed bus transactions, each motor's temperature (degrees C) and voltage (V) as
+        last read, and each camera's frame rate and newest frame's age (lerobot's capture
+        stamps, as seen at this arm's `read()`s: the rate is at most the control rate); {}
+        when not connected. The motor registers are read here, at most every
+        `MOTOR_READ_EVERY_S`; a failed read counts in `bus_errors`, keeps the last reading
+        and never raises. Not thread-safe (the bus is not): call it where `read()` is
+        called, or under `SafeRobot`'s lock (`SafeRobot.health`)."""
+        follower = self._follower
+        if follower is None:
+            return {}
+        if time.monotonic() - self._motors_read_s >= MOTOR_READ_EVERY_S:
+            self._motors_read_s = time.monotonic()
+            self._read_motors(follower)
+        now = time.perf_counter()
+        return {
+            "bus_errors": self.bus_errors,
+            "motors": dict(self._motors),
+            "cameras": {name: meter.health(now) for name, meter in self._frames.items()},
+        }
+
+    def _read_motors(self, follower: SOFollower) -> None:
+        """Read Present_Temperature and Present_Voltage of every motor (one sync read each,
+        no retry) into the last reading; a failure is counted and logged (rate-limited)."""
+        try:
+            temperature = follower.bus.sync_read("Present_Temperature")
+            voltage = follower.bus.sync_read("Present_Voltage")
+        except Exception as err:  # any failure of a health read: the arm goes on
+            self.bus_errors += 1
+            if self._log_limiter.due("motor health"):
+                log.warning("could not read the motors' temperature and voltage on %s: %s", self.port, err)
+            return
+        self._motors = {
+            name: {
+                "temperature_c": float(temperature[name]),
+                "voltage_v": round(float(voltage[name]) * FEETECH_VOLT_PER_UNIT, 2),
+            }
+            for name in temperature
+            if name in voltage
+        }
 
     def _make_follower(self) -> SOFollower:
         from lerobot.robots.so_follower import SOFollower, SOFollowerRobotConfig

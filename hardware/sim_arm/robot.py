@@ -14,6 +14,7 @@ import numpy as np
 
 from robotrl.core.clock import Clock, SimClock
 from robotrl.core.errors import DeviceNotConnected
+from robotrl.core.health import ArmHealth, FrameMeter
 from robotrl.core.robot import CameraSpec, RobotSpec, RobotState
 from robotrl.hardware.models import ArmModel, get_arm, velocity_limits
 from robotrl.hardware.sim_arm.render import CameraRenderer
@@ -68,6 +69,7 @@ class SimRobot:
             ee_frame=self.arm.ee_frame,
         )
         self._renderer: CameraRenderer | None = None
+        self._frames = {cam.name: FrameMeter() for cam in self._spec.cameras}
         self._t0_s = 0.0
         self.q_noise_rad = q_noise_rad
         self._rng = np.random.default_rng(0)
@@ -112,6 +114,8 @@ class SimRobot:
     def read(self) -> RobotState:
         data = self.sync()
         images = self._renderer.render(data) if self._renderer is not None else {}
+        for name in images:
+            self._frames[name].note(self.clock.now())
         q = data.qpos[self._qadr].copy()
         if self.q_noise_rad > 0:
             q += self._rng.normal(0.0, self.q_noise_rad, q.shape)
@@ -133,6 +137,13 @@ class SimRobot:
                 data.ctrl[self._act] = data.qpos[self._qadr]
         except Exception:  # hold() must never raise
             log.exception("SimRobot.hold failed")
+
+    def health(self) -> ArmHealth:
+        """What the model has: each camera's frame rate and newest frame's age (frames are
+        rendered at `read()`, on this arm's clock). No motor bus: no temperatures,
+        voltages or bus errors."""
+        now = self.clock.now()
+        return {"cameras": {name: meter.health(now) for name, meter in self._frames.items()}}
 
     @property
     def q_true_rad(self) -> np.ndarray:

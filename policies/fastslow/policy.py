@@ -31,7 +31,7 @@ from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
-from robotrl.policies.device import module_device, to_device, torch_device
+from robotrl.policies.device import load_staged, module_device, stage_tensors, to_device, torch_device
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
@@ -192,7 +192,17 @@ class FastSlowPolicy:
         """Replace the model's weights with safetensors bytes from `weights_bytes` (a
         learner's update); the tensor names and shapes must match exactly. The new
         weights are copied onto the model's device."""
-        self.model.load_state_dict(load_weights_bytes(data, self.model.state_dict()))
+        self.swap_weights(self.stage_weights(data))
+
+    def stage_weights(self, data: bytes) -> dict[str, torch.Tensor]:
+        """The model's weights from safetensors bytes, checked and on its device, not yet
+        in service (any thread, also while the policy serves)."""
+        like = self.model.state_dict()
+        return stage_tensors(load_weights_bytes(data, like), like)
+
+    def swap_weights(self, staged: dict[str, torch.Tensor]) -> None:
+        """Put `stage_weights` output in service (a copy on the model's device)."""
+        load_staged(self.model, staged)
 
     # --- checkpoints -------------------------------------------------------------------
     def save(self, path: Path, extra: dict | None = None) -> None:

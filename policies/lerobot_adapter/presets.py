@@ -47,6 +47,7 @@ SMOLVLM2_500M = {
         "num_key_value_heads": 5,
         "head_dim": 64,
         "vocab_size": 49280,
+        "rms_norm_eps": 1e-5,
         "rope_theta": 100000.0,
         "max_position_embeddings": 8192,
     },
@@ -57,9 +58,18 @@ SMOLVLM2_500M = {
         "num_attention_heads": 12,
         "image_size": 512,
         "patch_size": 16,
+        "layer_norm_eps": 1e-6,
     },
     "scale_factor": 4,
+    "tie_word_embeddings": False,
 }
+"""The architecture fields of HuggingFaceTB/SmolVLM2-500M-Video-Instruct's config.json
+(SmolLM2-360M text model: 32 layers of 960, 15 heads over 5 KV heads of 64, SwiGLU 2560,
+RMSNorm eps 1e-5 - transformers' LlamaConfig defaults to 1e-6 -, RoPE base 1e5, 49280
+tokens, untied LM head; SigLIP-B/16 vision tower at 512 px: 12 layers of 768, 12 heads, MLP
+3072; pixel shuffle 4, so (512 / 16)^2 / 4^2 = 64 tokens per image, the processor's
+`image_seq_len`). SmolVLA keeps the first `num_vlm_layers` = 16 text layers and adds a
+0.75-wide expert: 450.0 M parameters in all, lerobot's SmolVLA (tests)."""
 TINY_SMOLVLM = {
     "text_config": {
         "model_type": "llama",

@@ -1,9 +1,12 @@
-"""pi0 and SmolVLA in two pathways: `SlowFastPolicy` and `BatchedPolicy` (docs/algorithms.md
-section 2), so the server keeps one vision-language prefix per robot and ages it.
+"""pi0 and SmolVLA in two pathways: `SlowFastPolicy`, `BatchedSlowPolicy` and `BatchedPolicy`
+(docs/algorithms.md section 2), so the server keeps one vision-language prefix per robot and
+ages it.
 
 - slow, `encode_slow(obs)`: images + instruction through the VLM once, kept as its KV cache
   (`VlaPrefix`, on the model's device) - the prefix lerobot's `sample_actions` computes once
-  per call anyway;
+  per call anyway; `encode_slow_batch(observations)` prefills many robots in one forward and
+  hands each its own prefix (a copy of its row of the batch's cache, its padding masked),
+  which the server stamps with that robot's tick and the weight version;
 - fast, `predict_chunks(observations, latents, ages)`: only what depends on the state and the
   noise, on each robot's cached prefix, with the newest (forwarded) state: pi0's action
   expert denoising (its state token is in the expert's suffix), SmolVLA's state token through
@@ -66,6 +69,22 @@ def stack_prefixes(prefixes: list[VlaPrefix]) -> VlaPrefix:
     return VlaPrefix(DynamicCache(tuple(layers)), masks)
 
 
+def unstack_prefix(prefix: VlaPrefix) -> list[VlaPrefix]:
+    """Each robot's prefix of a batched one: its row of every layer's keys and values
+    ((1, kv_heads, L, head_dim), copied by `DynamicCache`, so robots' prefixes are freed
+    independently) and of the (1, L) pad mask."""
+    from transformers import DynamicCache
+
+    layers = list(prefix.cache)
+    return [
+        VlaPrefix(
+            DynamicCache(tuple((k[i : i + 1], v[i : i + 1], window) for k, v, window in layers)),
+            prefix.pad_masks[i : i + 1].clone(),
+        )
+        for i in range(prefix.pad_masks.shape[0])
+    ]
+
+
 def adapter_class(policy_type: str) -> type[LerobotVlaPolicy]:
     """The class that serves lerobot VLA `policy_type`: split where the model allows."""
     return LerobotSplitVlaPolicy if policy_type in SPLIT_TYPES else LerobotVlaPolicy
@@ -84,13 +103,20 @@ class LerobotSplitVlaPolicy(LerobotVlaPolicy):
         super().__init__(policy, preprocessor, postprocessor, **kwargs)
         self.pathways = pathways_for(self.policy)
 
-    @torch.no_grad()
     def encode_slow(self, obs: PolicyObservation) -> VlaPrefix:
         """The prefix of `obs.images` and `obs.instruction` (its state is not in it)."""
+        return self.encode_slow_batch([obs])[0]
+
+    @torch.no_grad()
+    def encode_slow_batch(self, observations: list[PolicyObservation]) -> list[VlaPrefix]:
+        """Each observation's prefix, in order, from one forward of the VLM over all of them."""
+        if not observations:
+            return []
         with self._pipeline_lock:
-            batch = self.preprocessor(self._batch([obs]))
-        prefix, masks = self.pathways.prefix(batch)
-        return VlaPrefix(prefix, masks)
+            batch = self.preprocessor(self._batch(observations))
+        cache, masks = self.pathways.prefix(batch)
+        prefix = VlaPrefix(cache, masks)
+        return [prefix] if len(observations) == 1 else unstack_prefix(prefix)
 
     def predict_chunk(
         self, obs: PolicyObservation, latent: VlaPrefix | None = None, latent_age_ticks: int = 0
@@ -106,12 +132,16 @@ class LerobotSplitVlaPolicy(LerobotVlaPolicy):
         latent_ages_ticks: Sequence[int] | None = None,
     ) -> list[ActionChunk]:
         """The fast pathway for many robots in one forward per RTC prefix length, each from
-        its own cached prefix (encoded now where None); without `latents`, the whole call."""
+        its own cached prefix (those given as None encoded now, in one forward); without
+        `latents`, the whole call. The robots' caches are padded to the longest and stacked
+        (`stack_prefixes`)."""
         if latents is None:
             return self._grouped(observations, None)
         if len(latents) != len(observations) or any(a < 0 for a in latent_ages_ticks or ()):
             raise ValueError("give one latent and one latent age >= 0 per observation")
-        ready = [self.encode_slow(o) if p is None else p for o, p in zip(observations, latents)]
+        uncached = [o for o, p in zip(observations, latents) if p is None]
+        encoded = iter(self.encode_slow_batch(uncached) if uncached else [])
+        ready = [next(encoded) if p is None else p for p in latents]
         for prefix in ready:
             if not isinstance(prefix, VlaPrefix) or prefix.pad_masks.shape[0] != 1:
                 raise ValueError("a latent must be one robot's VlaPrefix from this policy's encode_slow")

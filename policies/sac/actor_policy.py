@@ -14,7 +14,7 @@ import torch
 
 from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
-from robotrl.policies.device import module_device, to_device, torch_device
+from robotrl.policies.device import load_staged, module_device, stage_tensors, to_device, torch_device
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import SacActor
 
@@ -61,7 +61,17 @@ class ActorPolicy:
     def load_weights(self, data: bytes) -> None:
         """Replace the actor's weights with safetensors bytes (names and shapes must match),
         copied onto the actor's device; nothing else changes."""
-        self.actor.load_state_dict(load_weights_bytes(data, self.actor.state_dict()))
+        self.swap_weights(self.stage_weights(data))
+
+    def stage_weights(self, data: bytes) -> dict[str, torch.Tensor]:
+        """The actor's weights from safetensors bytes, checked and on its device, not yet
+        in service (any thread)."""
+        like = self.actor.state_dict()
+        return stage_tensors(load_weights_bytes(data, like), like)
+
+    def swap_weights(self, staged: dict[str, torch.Tensor]) -> None:
+        """Put `stage_weights` output in service (a copy on the actor's device)."""
+        load_staged(self.actor, staged)
 
     def _write_actor(self, path: Path, policy_type: str, **payload) -> None:
         """Write the actor's checkpoint folder at `path`, with `payload` in config.json."""

@@ -8,6 +8,7 @@ the same observation always gives the same chunk; `deterministic=True` serves th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from torch.nn import functional as F
 
 from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.policies.device import image_tensor
 from robotrl.policies.sac.actor_policy import ActorPolicy, read_actor
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.networks import SacActor
@@ -38,10 +40,14 @@ def unit_to_chunk(unit: np.ndarray, state_rad: np.ndarray, max_step_rad: float, 
 
 
 def observation_tensors(
-    state: np.ndarray, env_state: np.ndarray | None, images: dict[str, np.ndarray], config: SacNetConfig
+    state: np.ndarray,
+    env_state: np.ndarray | None,
+    images: Mapping[str, np.ndarray | torch.Tensor],
+    config: SacNetConfig,
 ) -> dict[str, torch.Tensor]:
     """Batched numpy arrays ((B, S), (B, E), camera -> (B, h, w, 3) uint8) -> the encoder's
-    observation dict; images of another size are resized to the config's (area)."""
+    observation dict; images may already be uint8 tensors (on any device: they stay there);
+    images of another size are resized to the config's (area)."""
     obs = {"state": torch.as_tensor(np.asarray(state, np.float32))}
     if config.env_state_dim:
         if env_state is None:
@@ -50,7 +56,7 @@ def observation_tensors(
     for cam, (h, w) in config.cameras.items():
         if cam not in images:
             raise ValueError(f"no image from camera {cam!r} (the policy reads {sorted(config.cameras)})")
-        img = torch.as_tensor(np.ascontiguousarray(images[cam]))
+        img = image_tensor(images[cam])
         if img.dtype != torch.uint8 or img.ndim != 4 or img.shape[-1] != 3:
             raise ValueError(f"images[{cam!r}] is {tuple(img.shape)} {img.dtype}, expected (B, h, w, 3) uint8")
         if tuple(img.shape[1:3]) != (h, w):

@@ -2,9 +2,10 @@
 
 The script leaves, under its output folder, one folder per (benchmark, device):
 `serve-<policy>-<device>/serve/results.json` (`bench serve`), `learner-<device>/learner/
-results.json` (`bench learner`) and `train-<device>/train_summary.json` (`robotrl train`
-with a time budget). `write_summary(folder)` puts them side by side with the issue's
-targets in `summary.md` and `summary.json`; a benchmark that did not run is "-".
+results.json` (`bench learner`), `train-<device>/train_summary.json` (`robotrl train`
+with a time budget) and `compile.json` (`scripts/fast-compile.py`). `write_summary(folder)`
+puts them side by side with the issue's targets in `summary.md` and `summary.json`; a
+benchmark that did not run is "-".
 """
 
 from __future__ import annotations
@@ -84,6 +85,41 @@ def learner_table(folder: Path, devices: tuple[str, ...]) -> tuple[str, dict]:
     return text, {d: runs[d] for d in devices}
 
 
+def learner_loop_table(learner: dict) -> str:
+    """The learner loop against its bare update rate, and publish -> first chunk, per device
+    (`learner`: device -> `bench learner` results, or None)."""
+    rows = [
+        [d, r["inputs"], _fmt(r["bare_updates_per_s"], 2), _fmt(r["loop_updates_per_s"], 2), _fmt(r["loop_ratio"], 3)]
+        for d, run in learner.items()
+        for r in (run or {}).get("loop", [])
+    ]
+    weights = [
+        [d, *(_fmt(w.get(k), 2) for k in ("publish_to_first_chunk_ms_p50", "publish_to_first_chunk_ms_max"))]
+        + [_fmt(w.get("swap_ms_max"), 2), _fmt(w.get("model_ms_p50"), 2)]
+        for d, run in learner.items()
+        if (w := (run or {}).get("weights"))
+    ]
+    return (
+        "### bench learner: the loop against the bare update rate\n\nTarget (loop >= 0.9 x bare)\n\n"
+        + markdown_table(["device", "inputs", "bare updates/s", "loop updates/s", "loop / bare"], rows)
+        + "\n\n### bench learner: publish -> first chunk of the new version (ms)\n\n"
+        + markdown_table(["device", "p50", "max", "serving thread's swap, max", "chunk model p50"], weights)
+    )
+
+
+def compile_table(folder: Path) -> tuple[str, dict | None]:
+    """torch.compile of the fast pathway against eager (`compile.json`)."""
+    found = _read(folder / "compile.json")
+    rows = [
+        [r["variant"], r["batch"], _fmt(r.get("eager_ms_p50"), 3), _fmt(r.get("compiled_ms_p50"), 3)]
+        + [_fmt(r.get("speedup"), 2), _fmt(r.get("compile_s")), r.get("error", "")]
+        for r in (found or {}).get("rows", [])
+    ]
+    headers = ["variant", "robots", "eager ms", "compiled ms", "speed-up", "compile s", "error"]
+    title = f"### fast pathway: torch.compile against eager ({(found or {}).get('device', '-')})"
+    return f"{title}\n\nKept if it wins (docs/benchmarks.md)\n\n" + markdown_table(headers, rows), found
+
+
 def train_table(folder: Path, runs: tuple[str, ...]) -> tuple[str, dict]:
     found = {r: _read(folder / f"train-{r}" / "train_summary.json") for r in runs}
     rates = {r: (s["steps"] / s["wall_s"] if s and s.get("wall_s") else None) for r, s in found.items()}
@@ -106,9 +142,11 @@ def write_summary(folder: Path | str, devices: tuple[str, ...] = ("cuda", "cpu")
         text, data[f"serve_{policy}"] = serve_table(folder, policy, devices)
         parts.append(text)
     text, data["learner"] = learner_table(folder, devices)
-    parts.append(text)
+    parts += [text, learner_loop_table(data["learner"])]
     train_runs = tuple(r for d in devices for r in ((d, f"{d}-bf16") if d == "cuda" else (d,)))
     text, data["train"] = train_table(folder, train_runs)
+    parts.append(text)
+    text, data["compile"] = compile_table(folder)
     parts.append(text)
     (folder / "summary.json").write_text(json.dumps(data, indent=1))
     out = folder / "summary.md"

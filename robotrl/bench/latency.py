@@ -4,7 +4,10 @@ sync, naive async, VLASH, VLASH+RTC and ACT temporal ensembling run the same see
 every delay d (fixed ticks, or drawn per request, e.g. U{2..6}) on the simulated clock.
 Per mode and delay: success (Wilson 95%), completion ticks and speedup vs sync against
 the time model, behavioural reaction time (reach), staleness, boundary discontinuity
-and jerk ratios, safety clamps; plus the issue's targets at d = 4.
+and jerk ratios, safety clamps; plus the issue's targets at d = 4. With
+`realtime_episodes`, the deploy path's modes also run that many seeds per delay in real
+time through a `PolicyServer` on loopback whose calls take d * dt (`robotrl.bench.realtime`),
+each cell compared with the stepped interval of the same mode and delay.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import cast
 
+import numpy as np
+
 from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, chunk_horizon, load_checkpoint, make_env, run_cell
 from robotrl.bench.plots import plot_latency
+from robotrl.bench.realtime import REALTIME_MODES, RealtimeCell, run_realtime_cell
 from robotrl.bench.report import Table, write_report
 from robotrl.bench.runner import run_cells
-from robotrl.bench.summary import MAIN_COLUMNS, find_row, row_cells, sanitize, summarize
+from robotrl.bench.summary import MAIN_COLUMNS, find_row, row_cells, sanitize, summarize, wilson_text
 from robotrl.core.errors import UserError
 from robotrl.sim.scenario import get_scenario
 
@@ -28,6 +34,10 @@ JITTER = DelaySpec(2, 6)
 """The jittered delay distribution `--jitter` adds."""
 TARGET_DELAY = "4"
 
+REALTIME_COLUMNS = ("mode", "delay", "success", "wilson95", "stepped", "within", "delay_p50", "missed", "clamps")
+"""The real-time table: success, its interval, the stepped interval of the same cell,
+whether the real-time rate lies in it, the measured delay (median over episodes of each
+episode's median, ticks), missed ticks and step clamps summed over episodes."""
 DETAIL_COLUMNS = ("mode", "delay", "disc_req", "disc_exec", "jerk_req", "jerk_exec", "prefix_rad", "reaction_n")
 """Boundary ratios on requested and executed targets, prefix consistency (radians), and
 the number of episodes with a defined reaction time."""
@@ -44,10 +54,12 @@ def run(
     scenario: str = "nominal",
     use_ray: bool = False,
     ray_address: str | None = None,
+    realtime_episodes: int = 0,
     progress: bool = True,
 ) -> dict:
-    """Run (or resume) every (mode, delay, seed) cell in `scenario` physics; write
-    report.md, results.json, plots."""
+    """Run (or resume) every (mode, delay, seed) cell in `scenario` physics, and
+    `realtime_episodes` real-time seeds per deploy-path mode and delay; write report.md,
+    results.json, plots."""
     physics = get_scenario(scenario)
     modes = rtc_capable_modes(setup, modes)
     cells = [Cell(physics, mode, delay, seed0 + i) for delay in delays for mode in modes for i in range(episodes)]
@@ -62,11 +74,21 @@ def run(
         desc=f"latency {setup.task}",
         progress=progress,
     )
+    env = make_env(setup, physics)
+    dt_s, max_ticks = env.dt_s, env.task.max_ticks
+    rt_cells = [
+        RealtimeCell(f"d={d.label}", physics, m, seed0 + i, max_ticks, d)
+        for d in delays
+        for m in modes
+        if m in REALTIME_MODES
+        for i in range(realtime_episodes)
+    ]
+    rt_records = run_cells(run_realtime_cell, setup, rt_cells, out_dir, desc="latency real time", progress=progress)
     wall_s = time.perf_counter() - start
-    dt_s = make_env(setup, physics).dt_s
     horizon = chunk_horizon(setup)
     s = min(setup.execute_horizon, horizon)
     rows = summarize(records, s, dt_s)
+    realtime = realtime_rows(rt_records, rows, delays, modes)
     targets = check_targets(rows, setup.task)
     plots = plot_latency(rows, out_dir, setup.task)
     results = {
@@ -83,6 +105,7 @@ def run(
         "execute_horizon": s,
         "wall_s": wall_s,
         "rows": rows,
+        "realtime": realtime,
         "targets": targets,
         "episode_records": len(records),
     }
@@ -92,6 +115,11 @@ def run(
         [
             Table("Per mode and delay", MAIN_COLUMNS, [row_cells(r) for r in rows]),
             Table("Smoothness detail", DETAIL_COLUMNS, [detail_cells(r) for r in rows]),
+            *(
+                [Table("Real time through the server", REALTIME_COLUMNS, [r["cells"] for r in realtime])]
+                if realtime
+                else []
+            ),
             Table(
                 f"Targets at d = {TARGET_DELAY}",
                 ("target", "value", "met"),
@@ -103,6 +131,42 @@ def run(
         notes=notes(setup, s, horizon, dt_s, episodes, wall_s),
     )
     return cast(dict, sanitize(results))  # a dict sanitizes to a dict
+
+
+def realtime_rows(rt_records: list[dict], stepped: list[dict], delays: list[DelaySpec], modes: list[str]) -> list[dict]:
+    """One row per real-time (mode, delay): successes, Wilson interval, and whether the
+    real-time success rate lies in the stepped interval of the same mode and delay."""
+    from robotrl.sim.rollout import wilson_interval
+
+    out = []
+    for d in delays:
+        for mode in modes:
+            records = [r for r in rt_records if r["variant"] == f"d={d.label}" and r["mode"] == mode]
+            if not records:
+                continue
+            n, wins = len(records), sum(r["success"] for r in records)
+            low, high = wilson_interval(wins, n)
+            ref = find_row(stepped, mode, d.label)
+            within = None if ref is None else ref["wilson95_low"] <= wins / n <= ref["wilson95_high"]
+            delays_p50 = [r["delay_p50_ticks"] for r in records if r["delay_p50_ticks"] is not None]
+            row = {"mode": mode, "delay": d.label, "episodes": n, "successes": wins, "within_stepped": within}
+            row["wilson95_low"], row["wilson95_high"] = low, high
+            row["delay_p50_ticks"] = float(np.median(delays_p50)) if delays_p50 else None
+            row["missed_ticks"] = sum(r["missed_ticks"] for r in records)
+            row["step_clamps"] = sum(r["step_clamps"] for r in records)
+            row["cells"] = (
+                mode,
+                d.label,
+                f"{wins}/{n}",
+                wilson_text(row),
+                "-" if ref is None else f"{ref['successes']}/{ref['episodes']} {wilson_text(ref)}",
+                met_text(within),
+                "-" if row["delay_p50_ticks"] is None else f"{row['delay_p50_ticks']:.1f}",
+                row["missed_ticks"],
+                row["step_clamps"],
+            )
+            out.append(row)
+    return out
 
 
 def detail_cells(row: dict) -> tuple:

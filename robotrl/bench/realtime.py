@@ -3,7 +3,8 @@
 A `PolicyServer` on loopback ZMQ, a `ClientSocket`, and the episode runner (executor +
 `RemoteChunkSource`) driving a `TaskEnv` on the wall clock behind `SafeRobot`. Two
 loop-level perturbations exist only here:
-- latency distribution: the served policy sleeps d * dt per call, d drawn per call;
+- latency distribution: a served policy's reply is taken in d ticks after the request, d
+  drawn per call (it sleeps what its own compute leaves; a slower model takes its own time);
 - control-rate jitter: each tick's command goes out U(0, jitter * dt) late (a random
   sleep), so the physics between commands runs irregularly long; stepped mode cannot do
   this (its physics step per tick is fixed).
@@ -63,7 +64,9 @@ class Jitter:
 
 
 class DelayedPolicy:
-    """A `ChunkPolicy` that sleeps d * `dt_s` per call, d drawn from `delay` (seeded)."""
+    """A `ChunkPolicy` whose reply is due (d - 1/2) * `dt_s` after the call (or when its own
+    compute ends, if later), d drawn from `delay` (seeded): half a tick before the d-th tick
+    after the request, so the executor takes it in at tick t + d, as in stepped mode."""
 
     def __init__(self, policy, delay: DelaySpec, dt_s: float, seed: int) -> None:
         self.policy, self.delay, self.dt_s = policy, delay, dt_s
@@ -74,8 +77,10 @@ class DelayedPolicy:
         return self.policy.metadata
 
     def predict_chunk(self, obs):
-        time.sleep(self.delay.draw(self._rng) * self.dt_s)
-        return self.policy.predict_chunk(obs)
+        done_s = time.perf_counter() + max(self.delay.draw(self._rng) - 0.5, 0.0) * self.dt_s
+        chunk = self.policy.predict_chunk(obs)
+        time.sleep(max(0.0, done_s - time.perf_counter()))
+        return chunk
 
     def reset(self) -> None:
         self.policy.reset()
@@ -102,7 +107,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
     if cell.latency is not None:
         policy = DelayedPolicy(policy, cell.latency, env.dt_s, cell.seed)
     observers = [Jitter(cell.jitter * env.dt_s, cell.seed)] if cell.jitter > 0 else []
-    config = ExecutorConfig(cell.mode, lag_deadband_rad=setup.lag_deadband_rad)
+    config = ExecutorConfig(cell.mode, threshold=setup.threshold, lag_deadband_rad=setup.lag_deadband_rad)
     try:
         with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=2)) as server:
             with ClientSocket(server.endpoint, robot_id="bench") as client:

@@ -2,15 +2,18 @@
 
 The model is built with random weights from a local config (`presets.build_vla`: `full` is
 the real architecture and size, `tiny` the same code at toy widths), fed `cameras` images
-of 224 px and a short instruction, and timed in-process (no sockets: `bench serve` measures
-the transport) after warm-up calls:
+of 224 px (resized to the model's own size inside) and a short instruction, and timed
+in-process (no sockets: `bench serve` measures the transport) after `warmup` untimed calls,
+for each robot count (default 1, 4 and 8), one batched call per timed round:
 
-- whole: lerobot's own call (prefix and expert, `predict_whole`) for one robot;
-- slow: the vision-language prefix of one robot (`encode_slow`), split models only;
-- fast: the expert on that cached prefix with a new state (`predict_chunks` with latents);
-- chunks/s for 1, 4 and 8 robots: one batched call per round, with and without the split
-  (with the split each robot's prefix is cached; the slow pathway's own cost, one
-  `encode_slow` per robot at the server's `slow_rate_hz`, is the slow row);
+- whole: lerobot's own call (prefix and expert, `predict_whole`) for all the robots;
+- slow: their vision-language prefixes in one forward (`encode_slow_batch`), split models
+  only; the server runs it at `slow_rate_hz` for the robots with newer frames, off the
+  request path;
+- fast: the expert on those cached prefixes with new states (`predict_chunks` with latents);
+- per row the batch's ms (median) and chunks (or prefixes) per second; the one-robot row's
+  samples give the per-call p50/p99 (`whole_p50_ms`, ...), so the robot counts must
+  include 1;
 - peak GPU memory (allocated by torch) on CUDA.
 
 Targets (issue 21): fast p99 <= 1/3 of the whole call's p50; 8 robots with the split at
@@ -51,15 +54,21 @@ def observations(count: int, cameras: tuple[str, ...], state_dim: int = 6) -> li
     ]
 
 
-def timed_ms(call, repeats: int) -> list[float]:
-    """Milliseconds of `repeats` calls of `call` after `WARMUP` untimed ones (every call
-    returns numpy on the CPU, so GPU work is finished when it returns)."""
-    for _ in range(WARMUP):
+def timed_ms(call, repeats: int, warmup: int = WARMUP, device: torch.device | None = None) -> list[float]:
+    """Milliseconds of `repeats` calls of `call` after `warmup` untimed ones; on a CUDA
+    `device` each call's GPU work is waited for (a prefix stays on the GPU)."""
+
+    def once() -> None:
         call()
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        once()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        call()
+        once()
         times.append((time.perf_counter() - start) * 1000.0)
     return times
 
@@ -68,11 +77,23 @@ def _percentiles(name: str, times_ms: list[float]) -> dict:
     return {f"{name}_p50_ms": float(np.percentile(times_ms, 50)), f"{name}_p99_ms": float(np.percentile(times_ms, 99))}
 
 
-def run(kind: str, size: str, device: str, *, repeats: int = 30, cameras: int = 3, progress=print) -> dict:
+def run(
+    kind: str,
+    size: str,
+    device: str,
+    *,
+    repeats: int = 30,
+    warmup: int = WARMUP,
+    cameras: int = 3,
+    robot_counts: tuple[int, ...] = ROBOT_COUNTS,
+    progress=print,
+) -> dict:
     """The latency table of lerobot `kind` at `size` on `device` (see the module docstring)."""
     from robotrl.policies.lerobot_adapter.presets import build_vla
     from robotrl.policies.lerobot_adapter.split import LerobotSplitVlaPolicy
 
+    if 1 not in robot_counts or min(robot_counts) < 1:
+        raise ValueError(f"robot counts must be >= 1 and include 1 (the per-call latencies); got {robot_counts}")
     names = CAMERA_NAMES[:cameras]
     cuda = device.startswith("cuda")
     if cuda:
@@ -81,34 +102,39 @@ def run(kind: str, size: str, device: str, *, repeats: int = 30, cameras: int = 
     with tempfile.TemporaryDirectory() as folder:
         policy = build_vla(kind, size, Path(folder), cameras=names, device=device)
     split = policy if isinstance(policy, LerobotSplitVlaPolicy) else None
-    robots = observations(max(ROBOT_COUNTS), names)
+    robots = observations(max(robot_counts), names)
     results: dict = {"kind": kind, "size": size, "device": device, "cameras": list(names), "image_px": IMAGE_PX}
     results |= {"parameters": sum(p.numel() for p in policy.policy.parameters()), "horizon": policy.horizon}
-    results |= {"repeats": repeats, "split": split is not None, "flow_steps": _flow_steps(policy.config)}
-    progress("timing the whole call ...")
-    results |= _percentiles("whole", timed_ms(lambda: policy.predict_whole(robots[:1]), repeats))
-    latents = None
-    if split is not None:
-        progress("timing the slow and fast pathways ...")
-        results |= _percentiles("slow", timed_ms(lambda: split.encode_slow(robots[0]), repeats))
-        latents = [split.encode_slow(o) for o in robots]
-        results |= _percentiles("fast", timed_ms(lambda: split.predict_chunks(robots[:1], latents[:1], [0]), repeats))
-    results["rows"] = [_throughput(policy, split, robots[:n], latents, repeats) for n in ROBOT_COUNTS]
+    results |= {"repeats": repeats, "warmup": warmup, "split": split is not None, "rows": []}
+    results["flow_steps"] = _flow_steps(policy.config)
+    for n in sorted(set(robot_counts)):
+        progress(f"timing {n} robot(s) ...")
+        row, times = _row(policy, split, robots[:n], repeats, warmup)
+        results["rows"].append(row)
+        if n == 1:
+            for name, samples in times.items():
+                results |= _percentiles(name, samples)
     if cuda:
         results["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     results["targets"] = targets(results)
     return results
 
 
-def _throughput(policy, split, robots: list[PolicyObservation], latents: list | None, repeats: int) -> dict:
-    """Chunks/s of one batched call for `robots`: whole, and fast on cached prefixes."""
-    n = len(robots)
-    whole = float(np.median(timed_ms(lambda: policy.predict_whole(robots), repeats)))
-    row = {"robots": n, "whole_batch_ms": whole, "whole_chunks_per_s": 1000.0 * n / whole}
-    if split is not None and latents is not None:
-        fast = float(np.median(timed_ms(lambda: split.predict_chunks(robots, latents[:n], [0] * n), repeats)))
-        row |= {"split_batch_ms": fast, "split_chunks_per_s": 1000.0 * n / fast}
-    return row
+def _row(policy, split, robots: list[PolicyObservation], repeats: int, warmup: int) -> tuple[dict, dict]:
+    """One robot count's row (batch ms, median, and chunks or prefixes per second: whole,
+    and with the split slow and fast) and its timed samples by pathway (ms)."""
+    n, device = len(robots), policy.device
+    times = {"whole": timed_ms(lambda: policy.predict_whole(robots), repeats, warmup, device)}
+    if split is not None:
+        times["slow"] = timed_ms(lambda: split.encode_slow_batch(robots), repeats, warmup, device)
+        latents = split.encode_slow_batch(robots)
+        times["fast"] = timed_ms(lambda: split.predict_chunks(robots, latents, [0] * n), repeats, warmup, device)
+    row: dict = {"robots": n}
+    for name, column, unit in (("whole", "whole", "chunks"), ("slow", "slow", "prefixes"), ("fast", "split", "chunks")):
+        if name in times:
+            batch_ms = float(np.median(times[name]))
+            row |= {f"{column}_batch_ms": batch_ms, f"{column}_{unit}_per_s": 1000.0 * n / batch_ms}
+    return row, times
 
 
 def _flow_steps(config) -> int:
@@ -116,7 +142,7 @@ def _flow_steps(config) -> int:
 
 
 def targets(results: dict) -> dict[str, bool | None]:
-    """Issue 21's targets, None where the model has no split."""
+    """Issue 21's targets, None where the model has no split (or the 8-robot row was not run)."""
     if not results["split"]:
         return {"fast p99 <= 1/3 whole p50": None, "8 robots split >= 4x 1 robot whole (chunks/s)": None}
     rows = {r["robots"]: r for r in results["rows"]}

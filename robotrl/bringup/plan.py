@@ -10,6 +10,13 @@ themselves. With a learner, the server serves the learner's `served/` copy of
 folders go to the roles that use them. Devices: `auto` becomes the fleet's GPU for the
 role on this machine (`cuda:N`), else stays `auto` for the child to resolve.
 
+Under `robotrl up --ray` the caller passes `hosts`: each role's `RoleHost`, the Ray node
+its actor was placed on. The server's and the learner's endpoints are then
+`tcp://NODE_IP:PORT` (bound there and reached from every node) with ports free on that
+node; an arm's beacon is read on its node's clock; `[gpus.*].host` is not checked (Ray
+placed the roles) and `auto` devices stay `auto` (the child takes the GPU Ray gave its
+actor).
+
 Run folder layout: `learn.json`, `learn.log`, `learner/` (the learner's run) and
 `buffer/`; `serve.json`, `serve.log`; `robots/NAME/` with `actor.json`, `actor.log`,
 `beacon.json` and `episodes.K.csv` (one per start K: a restarted arm runs the episodes
@@ -18,20 +25,23 @@ left, from the seed after the last one ended); `status.json`.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from robotrl.bringup.probes import BeaconProbe, HealthProbe, HelloProbe, csv_rows, learner_report
+from robotrl.bringup.host import LocalHost, NodeClockProbe, RoleHost
+from robotrl.bringup.probes import BeaconProbe, HealthProbe, HelloProbe, Probe, csv_rows, learner_report
 from robotrl.bringup.supervisor import RoleSpec
 from robotrl.core.config import save_config
-from robotrl.core.errors import ConfigError, UserError, WireError
+from robotrl.core.errors import ConfigError, UserError
 from robotrl.fleet import Fleet, RobotEntry
 from robotrl.inference.arm import ArmConfig
 from robotrl.inference.executor import ExecutorConfig
 from robotrl.learn.actor import ACTOR_SEED_STRIDE, ActorJob, InterventionConfig
-from robotrl.learn.launch import LOCAL, actor_command, free_port, free_port_pair, learner_command, serve_command
+from robotrl.learn.launch import actor_command, learner_command, serve_command
 from robotrl.wire.keys import client_keys
 
 if TYPE_CHECKING:
@@ -106,11 +116,14 @@ class ArmLaunch:
         return actor_command(save_config(job, self.folder / "actor.json"))
 
 
-def plan_bringup(fleet: Fleet, run: Path, *, resume: bool = False) -> BringUp:
+def plan_bringup(
+    fleet: Fleet, run: Path, *, resume: bool = False, hosts: Mapping[str, RoleHost] | None = None
+) -> BringUp:
     """The roles of `fleet` with their configs, run folder `run`; `resume` continues the
-    run there (the learner resumes, the arms run the episodes left). A fleet this slice
-    cannot run here (a GPU role on another host, a missing checkpoint or key, a port in
-    use) is a `ConfigError` naming the field."""
+    run there (the learner resumes, the arms run the episodes left). `hosts`: where each
+    role runs, by role name (their Ray nodes under `--ray`); None: all here, on loopback.
+    A fleet this cannot run (a GPU role on another host without `hosts`, a missing
+    checkpoint or key, a port in use) is a `ConfigError` naming the field."""
     arms = [robot for robot in fleet.robots if robot.arm_role is not None]
     skipped = [
         f"robots.{r.name}: roles {', '.join(r.roles)}: not started (record with `robotrl record --fleet ...`)"
@@ -122,16 +135,19 @@ def plan_bringup(fleet: Fleet, run: Path, *, resume: bool = False) -> BringUp:
         raise ConfigError(f"{fleet.source}: serve: missing; {needs}: add a [serve] section with the policy")
     if (run / STATUS_FILE).exists() and not resume:
         raise UserError(f"{run} already holds a bring-up; add --resume to continue it or choose another --out")
-    _check_hosts(fleet)
+    here = hosts is None
+    if here:
+        _check_hosts(fleet)
     _check_keys(fleet)
-    endpoints = _endpoints(fleet)
+    where = hosts or {}
+    endpoints = _endpoints(fleet, where)
     roles: list[RoleSpec] = []
     if fleet.learn is not None:
-        roles.append(_learner_role(fleet, run, endpoints, resume))
-    roles.append(_server_role(fleet, run, endpoints))
+        roles.append(_learner_role(fleet, run, endpoints, resume, here))
+    roles.append(_server_role(fleet, run, endpoints, here))
     names: dict[str, str] = {}
     for k, robot in enumerate(arms):
-        role = _arm_role(fleet, robot, k, run, endpoints)
+        role = _arm_role(fleet, robot, k, run, endpoints, where.get(f"robots.{robot.name}"))
         wire_name = role.info["robot_id"]
         if wire_name in names:
             raise ConfigError(f"{fleet.source}: robots.{robot.name}.id: {wire_name!r} is also {names[wire_name]}")
@@ -145,7 +161,7 @@ def _fail(fleet: Fleet, path: str, message: str) -> ConfigError:
 
 
 def _check_hosts(fleet: Fleet) -> None:
-    """Every GPU role `up` starts must be on this machine in this slice."""
+    """Without Ray, every GPU role `up` starts must be on this machine."""
     started = ["inference_server"] + (["learner"] if fleet.learn is not None else [])
     for role in started:
         if fleet.local_gpu(role) is None:
@@ -154,8 +170,8 @@ def _check_hosts(fleet: Fleet) -> None:
                     raise _fail(
                         fleet,
                         f"gpus.{gpu.name}.host",
-                        f"{gpu.host!r} is another machine; `robotrl up` starts every role on this one "
-                        "(more machines: not built yet): run it there, or give the role a GPU here",
+                        f"{gpu.host!r} is another machine; `robotrl up` starts every role on this one: "
+                        "run it there, give the role a GPU here, or place the roles with `robotrl up --ray`",
                     )
 
 
@@ -189,52 +205,43 @@ def _check_keys(fleet: Fleet) -> None:
         raise _fail(fleet, "serve.learner_keys", "missing; the learner (learn.curve_keys) needs them")
 
 
-def _endpoints(fleet: Fleet) -> dict[str, str]:
-    """Loopback endpoints: the file's ports (checked free now), else free ones."""
-    from robotrl.wire.transport import check_bindable
-
+def _endpoints(fleet: Fleet, hosts: Mapping[str, RoleHost]) -> dict[str, str]:
+    """The endpoints on their roles' `hosts` (default: loopback here): the file's ports
+    (checked free there now), else free ones."""
     assert fleet.serve is not None
-    wanted = [("serve", "serve.port", fleet.serve.port)]
+    wanted = [("serve", "serve.port", fleet.serve.port, hosts.get("serve"))]
     if fleet.learn is not None:
-        wanted += [("transitions", "learn.transitions_port", fleet.learn.transitions_port)]
-        wanted += [("weights", "learn.weights_port", fleet.learn.weights_port)]
-    given = {port for _, _, port in wanted if port is not None}
-    taken = given | {port + 1 for name, _, port in wanted if name == "weights" and port is not None}
+        learner = hosts.get("learn")
+        wanted += [("transitions", "learn.transitions_port", fleet.learn.transitions_port, learner)]
+        wanted += [("weights", "learn.weights_port", fleet.learn.weights_port, learner)]
+    given = {port for _, _, port, _ in wanted if port is not None}
+    taken = given | {port + 1 for name, _, port, _ in wanted if name == "weights" and port is not None}
     endpoints = {}
-    for name, path, port in wanted:
+    for name, path, port, host in wanted:
+        host = host or LocalHost()
+        pair = name == "weights"
         if port is None:
-            port = _free_port(taken, pair=name == "weights")
-        for p in (port, port + 1) if name == "weights" else (port,):
-            try:
-                check_bindable(f"tcp://{LOCAL}:{p}")
-            except WireError as exc:
-                raise _fail(fleet, path, str(exc)) from None
-        taken |= {port, port + 1} if name == "weights" else {port}
-        endpoints[name] = f"tcp://{LOCAL}:{port}"
+            port = host.free_port(taken, pair)
+        for p in (port, port + 1) if pair else (port,):
+            problem = host.bindable(p)
+            if problem is not None:
+                raise _fail(fleet, path, problem)
+        taken |= {port, port + 1} if pair else {port}
+        endpoints[name] = f"tcp://{host.host}:{port}"
     return endpoints
 
 
-def _free_port(taken: set[int], *, pair: bool) -> int:
-    """A free loopback port not in `taken` (with `pair`: its next one free too)."""
-    if pair:
-        return free_port_pair(taken=taken)
-    for _ in range(50):
-        port = free_port()
-        if port not in taken:
-            return port
-    raise UserError("found no free TCP port on loopback")
-
-
-def _device(fleet: Fleet, requested: str, role: str) -> str:
-    """`requested`, or for auto the fleet's GPU for `role` here ("cuda:N"), else auto."""
-    if requested != "auto":
+def _device(fleet: Fleet, requested: str, role: str, here: bool) -> str:
+    """`requested`, or for auto the fleet's GPU for `role` here ("cuda:N"), else auto
+    (always auto on a Ray node: the child takes the GPU Ray gave its actor)."""
+    if requested != "auto" or not here:
         return requested
     gpu = fleet.local_gpu(role)
     return "auto" if gpu is None else f"cuda:{gpu.index}"
 
 
-def _learner_role(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: bool) -> RoleSpec:
-    job = _learner_job(fleet, run, endpoints, resume)
+def _learner_role(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: bool, here: bool) -> RoleSpec:
+    job = _learner_job(fleet, run, endpoints, resume, here)
     out = Path(job.loop.out)
     actor = next((r for r in fleet.robots if r.arm_role == "actor" and r.learner_keys), None)
     probe = HelloProbe(
@@ -247,7 +254,7 @@ def _learner_role(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: bo
     return RoleSpec("learn", "learner", LearnerLaunch(job, run / "learn.json"), probe, run / "learn.log", info=info)
 
 
-def _learner_job(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: bool) -> LearnerJob:
+def _learner_job(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: bool, here: bool) -> LearnerJob:
     from robotrl.learn.job import LearnerJob
     from robotrl.learn.learner import LearnerConfig, run_exists
 
@@ -275,7 +282,7 @@ def _learner_job(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: boo
         weights=endpoints["weights"],
         resume=resume,
         fsync=learn.fsync,
-        device=_device(fleet, learn.device, "learner"),
+        device=_device(fleet, learn.device, "learner", here),
         curve_keys=Path(learn.curve_keys) if learn.curve_keys else None,
     )
 
@@ -308,7 +315,7 @@ def _policy(fleet: Fleet) -> Path:
     return policy
 
 
-def _server_role(fleet: Fleet, run: Path, endpoints: dict[str, str]) -> RoleSpec:
+def _server_role(fleet: Fleet, run: Path, endpoints: dict[str, str], here: bool) -> RoleSpec:
     from robotrl.inference.server import ServeJob, ServerConfig
 
     serve = fleet.serve
@@ -327,7 +334,7 @@ def _server_role(fleet: Fleet, run: Path, endpoints: dict[str, str]) -> RoleSpec
         policy,
         config,
         curve_keys=Path(serve.curve_keys) if serve.curve_keys else None,
-        device=_device(fleet, serve.device, "inference_server"),
+        device=_device(fleet, serve.device, "inference_server", here),
     )
     robot = next((r for r in fleet.robots if r.arm_role and r.curve_keys), None)
     keys = None if robot is None or robot.curve_keys is None else client_keys(Path(robot.curve_keys))
@@ -337,12 +344,19 @@ def _server_role(fleet: Fleet, run: Path, endpoints: dict[str, str]) -> RoleSpec
     return RoleSpec("serve", "server", ServerLaunch(job, run / "serve.json"), probe, run / "serve.log", after, info)
 
 
-def _arm_role(fleet: Fleet, robot: RobotEntry, k: int, run: Path, endpoints: dict[str, str]) -> RoleSpec:
+def _arm_role(
+    fleet: Fleet, robot: RobotEntry, k: int, run: Path, endpoints: dict[str, str], host: RoleHost | None
+) -> RoleSpec:
     folder = run / "robots" / robot.name
     job = _arm_job(fleet, robot, k, endpoints, folder)
     launch = ArmLaunch(job, folder)
     assert job.beacon is not None
-    probe = BeaconProbe(job.beacon, launch.logs, job.episodes)
+    if host is None:
+        probe: Probe = BeaconProbe(job.beacon, launch.logs, job.episodes)
+    else:  # its beacon is stamped with its node's clock
+        offset_s = host.clock_offset_s
+        beacon = BeaconProbe(job.beacon, launch.logs, job.episodes, clock=lambda: time.monotonic() + offset_s)
+        probe = NodeClockProbe(beacon, offset_s)
     after = ("serve", "learn") if robot.arm_role == "actor" else ("serve",)
     info = {"robot_id": job.arm.name, "role": robot.arm_role}
     return RoleSpec(f"robots.{robot.name}", "robot", launch, probe, folder / "actor.log", after, info)

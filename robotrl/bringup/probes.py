@@ -7,9 +7,13 @@ and returns `(seen_s, report)`: the `time.monotonic()` at which the role last an
 - `HealthProbe`: an inference server, asked for its health (`HealthRequest`, the wire's
   health request of `robotrl health`) every `every_s`; it answers from its I/O thread.
 - `HelloProbe`: any `ServerSocket` peer (the learner's transitions socket): answered
-  hellos and heartbeats; plus the learner's own logs (`updates.csv`, `episodes.csv`).
+  hellos and heartbeats; plus the learner's own files (`health.json`, `updates.csv`,
+  `episodes.csv`: `learner_report`).
 - `BeaconProbe`: an actor or deploy client, through the beacon file it rewrites while its
-  arm runs (`robotrl.learn.beacon`) and its per-episode CSV logs.
+  arm runs (`robotrl.learn.beacon`) and its per-episode CSV logs; the arm's and cameras'
+  ages are taken at the probe's own now (`robotrl.core.health.arm_report`), so an arm
+  that stops commanding or a camera that stops delivering is down after `STALE_S` even
+  when its beacon is no longer rewritten.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Protocol
 
 from robotrl.core.errors import WireError
+from robotrl.core.health import LEARNER_HEALTH_FILE, arm_report, intervention_rate
+from robotrl.fsutil import read_json
 from robotrl.learn.beacon import read_beacon
 from robotrl.wire.client import ClientSocket
 from robotrl.wire.keys import ClientKeys
@@ -32,6 +38,8 @@ HEALTH_EVERY_S = 0.5
 """Seconds between two health requests to a server."""
 TAIL_BYTES = 8192
 """How much of the end of a CSV log is read for its last row."""
+INTERVENTION_WINDOW = 20
+"""Episodes (the latest) over which a learner's intervention rate is taken."""
 
 
 class Probe(Protocol):
@@ -79,13 +87,21 @@ class HealthProbe:
 
 
 def health_summary(health: dict) -> dict:
-    """The parts of `PolicyServer.health()` a status table shows."""
+    """The parts of `PolicyServer.health()` a status table shows: version, batches/s, queue
+    depth (queued_requests), mean batch size, chunk_ms_p50 / chunk_ms_p99 (ms from a
+    request's arrival to its reply), threads alive, errors, refused, learner connection,
+    gpu (`GpuHealth` or None)."""
     threads = health.get("threads_alive", {})
     learner = health.get("learner")
+    chunk_ms = health.get("chunk_ms") or {}
     return {
         "version": health.get("version"),
         "batches_per_s": round(float(health.get("batches_per_s", 0.0)), 2),
         "queued_requests": health.get("queued_requests"),
+        "batch_size": round(float(health.get("batch_size", 0.0)), 2),
+        "chunk_ms_p50": _rounded(chunk_ms.get("p50")),
+        "chunk_ms_p99": _rounded(chunk_ms.get("p99")),
+        "gpu": health.get("gpu"),
         "threads_alive": f"{sum(bool(a) for a in threads.values())}/{len(threads)}",
         "errors": sum(health.get("errors", {}).values()),
         "refused": health.get("refused"),
@@ -126,13 +142,32 @@ class HelloProbe:
 
 
 def learner_report(out: Path) -> dict:
-    """A learner's progress from its run folder: the last row of updates.csv (updates,
-    updates per second, weight version, committed transitions) and the episodes it took in
-    (rows of episodes.csv)."""
+    """A learner's progress from its run folder: updates, updates per second, weight
+    version, committed transitions (`transitions`, the buffer's online part),
+    `buffer_samplable`, `staleness_mean` (versions) and `gpu` from its live `health.json`
+    (`LearnerHealth`), else from the last row of updates.csv; the episodes it took in (rows
+    of episodes.csv) and their `intervention_rate` (share of ticks, over the last
+    `INTERVENTION_WINDOW` episodes; None before the first)."""
     last = csv_last_row(out / "updates.csv") or {}
     report: dict = {key: _number(last.get(key)) for key in ("updates", "updates_per_s", "version", "transitions")}
-    report["episodes"] = len(csv_rows(out / "episodes.csv"))
+    report |= {"buffer_samplable": None, "staleness_mean": _number(last.get("staleness_mean")), "gpu": None}
+    health = read_json(out / LEARNER_HEALTH_FILE) or {}
+    for key in ("updates", "updates_per_s", "version", "buffer_samplable", "staleness_mean", "gpu"):
+        if key in health:
+            report[key] = health[key]
+    if "buffer_transitions" in health:
+        report["transitions"] = health["buffer_transitions"]
+    rows = csv_rows(out / "episodes.csv")
+    recent = rows[-INTERVENTION_WINDOW:]
+    rate = intervention_rate(
+        [_number(r.get("intervention_ticks")) or 0 for r in recent], [_number(r.get("ticks")) or 0 for r in recent]
+    )
+    report["episodes"], report["intervention_rate"] = len(rows), _rounded(rate, 4)
     return report
+
+
+def _rounded(value: object, digits: int = 2) -> float | None:
+    return round(float(value), digits) if isinstance(value, (int, float)) else None
 
 
 def _number(text: str | None) -> float | int | None:
@@ -145,10 +180,18 @@ def _number(text: str | None) -> float | int | None:
 
 class BeaconProbe:
     """An arm's process through its beacon file; `logs(): paths` are its episode CSVs of
-    every start so far (rows = episodes ended)."""
+    every start so far (rows = episodes ended); `clock` is `time.monotonic` (the beacon's
+    clock) but in tests."""
 
-    def __init__(self, beacon: Path, logs: Callable[[], Sequence[Path]], episodes: int) -> None:
-        self.beacon, self.logs, self.episodes = beacon, logs, episodes
+    def __init__(
+        self,
+        beacon: Path,
+        logs: Callable[[], Sequence[Path]],
+        episodes: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.beacon, self.logs, self.episodes, self.clock = beacon, logs, episodes, clock
 
     def check(self) -> tuple[float | None, dict]:
         data = read_beacon(self.beacon) or {}
@@ -165,9 +208,11 @@ class BeaconProbe:
             "ticks": data.get("ticks", 0),
             "paused_ticks": data.get("paused_ticks", 0),
             "intervened_ticks": data.get("intervened_ticks", 0),
+            "missed_ticks": data.get("missed_ticks", 0),
             "version": data.get("version", -1),
             "control_rate_hz": data.get("control_rate_hz", 0.0),
             "first_chunk_monotonic_s": first,
+            **arm_report(data, self.clock()),
         }
         seen = data.get("monotonic_s")
         return (float(seen) if isinstance(seen, (int, float)) else None), report

@@ -1,6 +1,7 @@
-"""`Supervisor`: the processes of a bring-up on this machine. Each role starts once the
-roles it comes after are up, is watched through its probe, is restarted with exponential
-backoff when it dies, and is stopped in order at the end.
+"""`Supervisor`: the processes of a bring-up. Each role starts once the roles it comes
+after are up, is watched through its probe, is restarted with exponential backoff when it
+dies, and is stopped in order at the end. Where a role's process runs is its `Spawner`'s
+business (`robotrl.bringup.process`): this machine by default, a Ray node under `--ray`.
 
 Role states:
 
@@ -18,25 +19,24 @@ Role states:
 Any exit of a server or learner counts as a death (they run until stopped); an arm's role
 is done when it exits 0. Children run in their own process group (a terminal's Ctrl-C
 reaches only the supervisor, which stops them in order) and, on Linux, get SIGTERM when
-the supervisor dies (`PR_SET_PDEATHSIG`), so none is left behind.
+the supervisor (or the Ray actor that started them) dies (`PR_SET_PDEATHSIG`), so none is
+left behind. A role whose process cannot be started where it runs (`SpawnError`: its Ray
+actor is gone) is failed at once.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import logging
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from robotrl.bringup.probes import Probe
+from robotrl.bringup.process import LocalSpawner, RoleProcess, Spawner, SpawnError
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,9 @@ class RoleSpec:
 @dataclass
 class _Role:
     spec: RoleSpec
+    spawner: Spawner = field(default_factory=LocalSpawner)
     state: str = "waiting"
-    proc: subprocess.Popen | None = None
+    proc: RoleProcess | None = None
     starts: int = 0
     deaths: int = 0
     """Deaths in a row, each within `STABLE_S` of its start."""
@@ -127,16 +128,24 @@ class _Role:
 
 class Supervisor:
     """Runs `specs` (see the module docstring); `run()` until a stop is asked or every
-    arm's role is done or failed."""
+    arm's role is done or failed. `spawners` start a named role's processes where it runs
+    (a role not named there: on this machine)."""
 
-    def __init__(self, specs: list[RoleSpec], *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        specs: list[RoleSpec],
+        *,
+        spawners: Mapping[str, Spawner] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         names = [s.name for s in specs]
         for spec in specs:
             unknown = [a for a in spec.after if a not in names]
             if unknown:
                 raise ValueError(f"role {spec.name} comes after unknown roles {unknown}")
         self.clock = clock
-        self.roles = [_Role(spec) for spec in specs]
+        where = spawners or {}
+        self.roles = [_Role(spec, where.get(spec.name) or LocalSpawner()) for spec in specs]
         self.started_s = clock()
         self.phase = "running"
 
@@ -242,7 +251,7 @@ class Supervisor:
     def status(self) -> dict:
         """The bring-up as data: its phase, uptime and first chunk (seconds since the
         supervisor started), and per role its state, pid, restarts, uptime, quiet time,
-        last exit and report."""
+        last exit, report and (a role on a Ray node) its node."""
         now = self.clock()
         firsts = [r.first_chunk_s for r in self.roles if r.first_chunk_s is not None]
         return {
@@ -266,6 +275,7 @@ class Supervisor:
             "last_exit": role.last_exit,
             "first_chunk_s": role.first_chunk_s,
             "log": str(role.spec.log),
+            **({} if role.spawner.node is None else {"node": role.spawner.node}),
             **role.spec.info,
             "report": role.report,
         }
@@ -282,18 +292,12 @@ class Supervisor:
         if argv is None:
             role.state = "done"
             return
-        role.spec.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(role.spec.log, "ab") as out:
-            out.write(f"--- robotrl up: start {role.starts} at {time.ctime()}: {' '.join(argv)}\n".encode())
-            out.flush()
-            role.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                process_group=0,
-                preexec_fn=_die_with_parent(),
-            )
+        try:
+            role.proc = role.spawner.spawn(argv, role.spec.log, role.starts)
+        except SpawnError as exc:
+            role.state, role.last_exit = "failed", {"error": str(exc), "at_s": round(now - self.started_s, 3)}
+            log.error("%s cannot be started: %s", role.spec.name, exc)
+            return
         role.starts += 1
         role.started_s, role.up_s, role.state, role.exit_code = now, None, "starting", None
         if role.last_exit is not None:
@@ -351,21 +355,3 @@ class Supervisor:
             role.state = "down"
         else:
             role.state = "starting"
-
-
-@functools.cache
-def _die_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` asking Linux to SIGTERM the child when this process dies, or None
-    elsewhere. `prctl` is looked up here, before any fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-
-    return preexec

@@ -19,7 +19,7 @@ from robotrl.buffer.cache import ReplayCache
 from robotrl.buffer.demo import load_demo_episodes
 from robotrl.buffer.episode import Episode
 from robotrl.buffer.log import EpisodeLog
-from robotrl.buffer.sampler import ChunkSample, TransitionSample, sample_chunks, sample_transitions
+from robotrl.buffer.sampler import ChunkSample, ImageAlloc, TransitionSample, sample_chunks, sample_transitions
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.wire.messages import TransitionBatch
 
@@ -34,7 +34,9 @@ class OnlineBuffer:
     from demo + intervention rows. staleness_cap: online rows with learner_version -
     version above it are never sampled (None: no cap). fsync: durable journal and commits.
     Attributes: `recovery_s` (seconds the open took to rebuild the cache from the log),
-    `partial_episodes` (in-progress episodes found in the journal on open, not sampled).
+    `partial_episodes` (in-progress episodes found in the journal on open, not sampled),
+    `image_alloc` (None, or where sampled images are gathered: a learner on a GPU sets
+    pinned host memory, `robotrl.learn.prefetch.pinned_images`).
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class OnlineBuffer:
         if staleness_cap is not None and staleness_cap < 0:
             raise ValueError(f"staleness_cap must be >= 0 or None, got {staleness_cap}")
         self.spec, self.online_ratio, self.staleness_cap = spec, online_ratio, staleness_cap
+        self.image_alloc: ImageAlloc | None = None
         t0 = time.perf_counter()
         self.log = EpisodeLog(root, fsync=fsync)
         self.cache = ReplayCache(spec, capacity)
@@ -104,14 +107,23 @@ class OnlineBuffer:
 
     def sample_transitions(self, batch_size: int, learner_version: int, rng: np.random.Generator) -> TransitionSample:
         """See `robotrl.buffer.sampler.sample_transitions`."""
-        return sample_transitions(self.cache, batch_size, learner_version, rng, self.online_ratio, self.staleness_cap)
+        return sample_transitions(
+            self.cache, batch_size, learner_version, rng, self.online_ratio, self.staleness_cap, self.image_alloc
+        )
 
     def sample_chunks(
         self, batch_size: int, horizon: int, learner_version: int, rng: np.random.Generator
     ) -> ChunkSample:
         """See `robotrl.buffer.sampler.sample_chunks`."""
         return sample_chunks(
-            self.cache, batch_size, horizon, learner_version, rng, self.online_ratio, self.staleness_cap
+            self.cache,
+            batch_size,
+            horizon,
+            learner_version,
+            rng,
+            self.online_ratio,
+            self.staleness_cap,
+            self.image_alloc,
         )
 
     def close(self) -> None:

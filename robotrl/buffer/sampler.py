@@ -4,16 +4,32 @@ for SAC-style critics) and `ChunkSample` (H executed rows, for chunk policies).
 RLPD mixing (HIL-SERL): `online_ratio` of a batch comes from the online pool (rows of
 committed online episodes, staleness at most the cap), the rest from the prior pool
 (demo rows + intervention rows; an intervention row is in both pools). All arrays are
-numpy; images stay uint8 (B, h, w, 3) RGB, the learner converts them to float.
+numpy; images stay uint8 (B, h, w, 3) RGB, the learner converts them to float. With an
+`ImageAlloc` (a learner on a GPU: pinned host memory) the images are gathered straight into
+the memory it gives and handed over as what it returns (a pinned uint8 torch tensor).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from robotrl.buffer.cache import ReplayCache, RowStore
+
+if TYPE_CHECKING:
+    import torch
+
+    ImageBatch = np.ndarray | torch.Tensor
+    """(B, h, w, 3) uint8 images: numpy, or a torch tensor (pinned, or on the learner's device)."""
+else:
+    ImageBatch = Any
+
+ImageAlloc = Callable[[tuple[int, ...]], tuple[np.ndarray, Any]]
+"""shape (B, h, w, 3) -> (a writable uint8 numpy array of that shape to gather into, the
+object the sample hands over: that array, or e.g. the pinned torch tensor it views)."""
 
 
 @dataclass
@@ -32,13 +48,13 @@ class TransitionSample:
 
     state: np.ndarray
     env_state: np.ndarray | None
-    images: dict[str, np.ndarray]
+    images: Mapping[str, ImageBatch]
     action: np.ndarray
     reward: np.ndarray
     done: np.ndarray
     next_state: np.ndarray
     next_env_state: np.ndarray | None
-    next_images: dict[str, np.ndarray]
+    next_images: Mapping[str, ImageBatch]
     intervention: np.ndarray
     version: np.ndarray
     staleness: np.ndarray
@@ -64,7 +80,7 @@ class ChunkSample:
 
     state: np.ndarray
     env_state: np.ndarray | None
-    images: dict[str, np.ndarray]
+    images: Mapping[str, ImageBatch]
     instruction: list[str]
     actions: np.ndarray
     mask: np.ndarray
@@ -78,7 +94,7 @@ class ChunkSample:
     reward: np.ndarray
     next_state: np.ndarray
     next_env_state: np.ndarray | None
-    next_images: dict[str, np.ndarray]
+    next_images: Mapping[str, ImageBatch]
     done: np.ndarray
 
 
@@ -116,11 +132,27 @@ def draw_rows(
     return np.concatenate([picks, from_int]), from_demo
 
 
-def _gather(groups: list[tuple[RowStore, np.ndarray]], field: str, images: bool = False) -> np.ndarray:
+def _gather(groups: list[tuple[RowStore, np.ndarray]], field: str) -> np.ndarray:
     """Rows `slots` of `field` from each (store, slots) group, stacked (one copy)."""
-    arrays = [(st.images if images else st.arrays)[field] for st, _ in groups]
-    total = sum(len(slots) for _, slots in groups)
-    out = np.empty((total, *arrays[0].shape[1:]), arrays[0].dtype)
+    arrays = [st.arrays[field] for st, _ in groups]
+    return _take_into(arrays, groups, np.empty((_rows(groups), *arrays[0].shape[1:]), arrays[0].dtype))
+
+
+def _gather_images(groups: list[tuple[RowStore, np.ndarray]], cam: str, alloc: ImageAlloc | None) -> ImageBatch:
+    """(B, h, w, 3) uint8 rows of camera `cam`, gathered into `alloc`'s memory when given
+    (then handed over as what it returns)."""
+    arrays = [st.images[cam] for st, _ in groups]
+    shape = (_rows(groups), *arrays[0].shape[1:])
+    out, handed = (np.empty(shape, np.uint8), None) if alloc is None else alloc(shape)
+    _take_into(arrays, groups, out)
+    return out if handed is None else handed
+
+
+def _rows(groups: list[tuple[RowStore, np.ndarray]]) -> int:
+    return sum(len(slots) for _, slots in groups)
+
+
+def _take_into(arrays: list[np.ndarray], groups: list[tuple[RowStore, np.ndarray]], out: np.ndarray) -> np.ndarray:
     pos = 0
     for arr, (_, slots) in zip(arrays, groups):
         np.take(arr, slots, axis=0, out=out[pos : pos + len(slots)], mode="clip")  # clip: unbuffered
@@ -162,9 +194,10 @@ def sample_transitions(
     rng: np.random.Generator,
     online_ratio: float = 0.5,
     staleness_cap: int | None = None,
+    image_alloc: ImageAlloc | None = None,
 ) -> TransitionSample:
     """A `TransitionSample` of `batch_size` rows mixed as `draw_rows` says (online and
-    intervention rows first, demo rows last)."""
+    intervention rows first, demo rows last); images gathered into `image_alloc`'s memory."""
     on, demo = draw_rows(cache, batch_size, learner_version, rng, online_ratio, staleness_cap)
     groups = [(cache.online, on), (cache.demo, demo)]
     nxt = [(st, _offset_slots(st, slots, 1)[0]) for st, slots in groups]
@@ -174,13 +207,13 @@ def sample_transitions(
     return TransitionSample(
         state=_gather(groups, "state"),
         env_state=_gather(groups, "env_state") if env else None,
-        images={cam: _gather(groups, cam, True) for cam in cache.online.images},
+        images={cam: _gather_images(groups, cam, image_alloc) for cam in cache.online.images},
         action=_gather(groups, "action"),
         reward=_gather(groups, "reward"),
         done=done,
         next_state=_gather(nxt, "state"),
         next_env_state=_gather(nxt, "env_state") if env else None,
-        next_images={cam: _gather(nxt, cam, True) for cam in cache.online.images},
+        next_images={cam: _gather_images(nxt, cam, image_alloc) for cam in cache.online.images},
         intervention=_gather(groups, "intervention"),
         **_common(groups, learner_version, len(on)),
     )
@@ -194,9 +227,11 @@ def sample_chunks(
     rng: np.random.Generator,
     online_ratio: float = 0.5,
     staleness_cap: int | None = None,
+    image_alloc: ImageAlloc | None = None,
 ) -> ChunkSample:
     """A `ChunkSample` of `batch_size` chunks of `horizon` rows, start rows mixed as
-    `draw_rows` says (the cap applies to the start row's version)."""
+    `draw_rows` says (the cap applies to the start row's version); images gathered into
+    `image_alloc`'s memory."""
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
     on, demo = draw_rows(cache, batch_size, learner_version, rng, online_ratio, staleness_cap)
@@ -212,7 +247,7 @@ def sample_chunks(
     return ChunkSample(
         state=_gather(groups, "state"),
         env_state=_gather(groups, "env_state") if env else None,
-        images={cam: _gather(groups, cam, True) for cam in cache.online.images},
+        images={cam: _gather_images(groups, cam, image_alloc) for cam in cache.online.images},
         instruction=instr,
         actions=_chunk_rows(groups, offs, "action"),
         mask=mask,
@@ -224,6 +259,6 @@ def sample_chunks(
         reward=np.where(mask, _chunk_rows(groups, offs, "reward"), np.float32(0)),
         next_state=_gather(nxt, "state"),
         next_env_state=_gather(nxt, "env_state") if env else None,
-        next_images={cam: _gather(nxt, cam, True) for cam in cache.online.images},
+        next_images={cam: _gather_images(nxt, cam, image_alloc) for cam in cache.online.images},
         done=done,
     )

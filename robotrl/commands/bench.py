@@ -25,9 +25,11 @@ BENCHES = {
     "(garbage, truncations, bit flips, huge shapes, bad dtypes, wrong versions, bad multipart, a 50 MB frame, another "
     "robot's id); dead threads, wrong replies, RSS growth",
     "learner": "SAC updates/s (batch 256, utd 2; on the CPU 1 thread) vs lerobot's SACAlgorithm on equal networks "
-    "on the same device, state-only and with 64x64 cameras",
+    "on the same device, state-only and with 64x64 cameras; the learner loop's updates/s against its bare update "
+    "rate (target >= 90%); publish -> first chunk of the new weight version through a real server on loopback",
     "vla": "lerobot pi0 / pi0.5 / SmolVLA with random weights (full size or tiny): whole call, slow (prefix) and fast "
-    "(expert) pathways p50/p99, peak GPU memory, chunks/s for 1, 4, 8 robots with and without the split",
+    "(expert) pathways p50/p99, peak GPU memory, per robot count (default 1, 4, 8) chunks/s with and without the "
+    "split and prefixes/s of the batched slow pathway",
 }
 
 
@@ -138,6 +140,13 @@ def _latency_arguments(parser: argparse.ArgumentParser) -> None:
         delays="injected delays in ticks, N or LOW-HIGH (uniform) (default: 0,1,2,4,8)",
     )
     parser.add_argument("--jitter", action="store_true", help="add the jittered delay d ~ U{2..6}")
+    parser.add_argument(
+        "--realtime-episodes",
+        type=int,
+        default=0,
+        help="also run this many seeds per mode and delay in real time through a server whose calls take d ticks "
+        "(default: 0)",
+    )
 
 
 def _sim2sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -321,8 +330,12 @@ def _bench_latency(args: argparse.Namespace) -> dict:
         scenario=args.scenario,
         use_ray=args.ray,
         ray_address=args.ray_address,
+        realtime_episodes=max(args.realtime_episodes, 0),
     )
     print(format_table(MAIN_COLUMNS, [row_cells(r) for r in results["rows"]]))
+    if results["realtime"]:
+        print("real time through the server:")
+        print(format_table(latency.REALTIME_COLUMNS, [r["cells"] for r in results["realtime"]]))
     for t in results["targets"]:
         print(f"target ({t['target']}): {latency.met_text(t['met'])} ({t['value']})")
     print(f"{results['wall_s']:.0f} s; report: {args.out / 'latency' / 'report.md'}")
@@ -357,8 +370,12 @@ def _bench_sim2sim(args: argparse.Namespace) -> dict:
 
 def _setup(args: argparse.Namespace):
     """The latency / sim2sim `BenchSetup` from the arguments (and quiet clamp warnings:
-    the report counts the clamps of every episode)."""
+    the report counts the clamps of every episode). On the CPU the model runs on one
+    torch thread: episodes run one after another, and with another busy process on the
+    machine two OpenMP threads made the stepped track benchmark 15-25x slower (measured)."""
     import logging
+
+    import torch
 
     from robotrl.bench.cells import BenchSetup
     from robotrl.core.errors import UserError
@@ -371,13 +388,16 @@ def _setup(args: argparse.Namespace):
         raise UserError("--threshold must be in [0, 1]")
     if args.policy is not None and not args.policy.exists():
         raise UserError(f"policy checkpoint {args.policy} does not exist")
+    device = resolve_device(args.device) if args.policy is not None else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(1)
     return BenchSetup(
         task=args.task,
         checkpoint=None if args.policy is None else str(args.policy.resolve()),
         horizon=args.horizon,
         execute_horizon=args.execute_steps or 15,
         threshold=args.threshold,
-        device=resolve_device(args.device) if args.policy is not None else "cpu",
+        device=device,
     )
 
 
@@ -436,6 +456,10 @@ def _bench_buffer(args: argparse.Namespace) -> dict:
 def _learner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--updates", type=int, default=20, help="timed updates per row (default: %(default)s)")
     parser.add_argument("--cameras", type=int, default=1, help="64x64 cameras of the image rows (default: %(default)s)")
+    parser.add_argument(
+        "--publishes", type=int, default=10, help="weight versions timed from publish to chunk (default: %(default)s)"
+    )
+    _repeats(parser, "loop / bare rounds of the loop measurement, medians reported", default=3)
     add_device_arguments(parser)
 
 
@@ -444,13 +468,40 @@ def _bench_learner(args: argparse.Namespace) -> dict:
     from robotrl.core.errors import UserError
     from robotrl.report.table import format_table
 
-    if args.updates < 1 or args.cameras < 1:
-        raise UserError("--updates and --cameras must be at least 1")
+    if args.updates < 2 or min(args.cameras, args.publishes, args.repeats) < 1:
+        raise UserError("--updates must be at least 2, --cameras, --publishes and --repeats at least 1")
     results = learner.run(updates=args.updates, cameras=args.cameras, device=resolve_device(args.device))
     columns = ("implementation", "inputs", "updates_per_s", "parameters")
     print(format_table(columns, [tuple(row[c] for c in columns) for row in results["rows"]]))
     print(results["equal_networks"])
+    results.update(_learner_loop(args, results["device"]))
     return results
+
+
+def _learner_loop(args: argparse.Namespace, device: str) -> dict:
+    """The loop-vs-bare rows and the publish -> first chunk figures, printed."""
+    import torch
+
+    from robotrl.bench import learner_loop, weights_latency
+    from robotrl.report.table import format_table
+
+    dev, threads = torch.device(device), torch.get_num_threads()
+    torch.set_num_threads(1 if dev.type == "cpu" else threads)  # as the rows above
+    try:
+        rows = [
+            learner_loop.loop_vs_bare(
+                learner_loop.bench_spec(px, args.cameras), inputs, 256, args.updates, dev, args.repeats
+            )
+            for px, inputs in ((None, "state+env"), (64, f"state+env+{args.cameras}x64px images"))
+        ]
+        weights = weights_latency.run(dev, rows[0]["bare_updates_per_s"], publishes=args.publishes)
+    finally:
+        torch.set_num_threads(threads)
+    columns = ("inputs", "bare_updates_per_s", "loop_updates_per_s", "loop_ratio", "loop_update_share", "loop_prefetch")
+    columns += ("loop_prefetch_ratio", "loop_no_prefetch_ratio", "checkpoint_s")
+    print(format_table(columns, [tuple(row[c] for c in columns) for row in rows]))
+    print(format_table(("publish -> first chunk", "value"), list(weights.items())))
+    return {"loop": rows, "weights": weights}
 
 
 def _vla_arguments(parser: argparse.ArgumentParser) -> None:
@@ -461,6 +512,15 @@ def _vla_arguments(parser: argparse.ArgumentParser) -> None:
         "--size", choices=SIZES, default="tiny", help="full: the real model (a GPU); tiny: toy widths (default: tiny)"
     )
     _repeats(parser, "timed calls per measurement", default=30)
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="untimed calls before each measurement (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--robots",
+        default="1,4,8",
+        help="comma-separated robot counts, one batched call each; must include 1 (default: %(default)s; "
+        "--size full on a CPU: a whole call of pi0 takes tens of seconds per robot)",
+    )
     parser.add_argument("--cameras", type=int, default=3, help="224 px cameras, 1-3 (default: %(default)s)")
     add_device_arguments(parser)
 
@@ -470,20 +530,36 @@ def _bench_vla(args: argparse.Namespace) -> dict:
     from robotrl.core.errors import UserError
     from robotrl.report.table import format_table
 
-    if args.repeats < 1 or not 1 <= args.cameras <= len(vla.CAMERA_NAMES):
-        raise UserError(f"--repeats must be at least 1 and --cameras in 1..{len(vla.CAMERA_NAMES)}")
+    if args.repeats < 1 or args.warmup < 0 or not 1 <= args.cameras <= len(vla.CAMERA_NAMES):
+        raise UserError(f"--repeats must be >= 1, --warmup >= 0 and --cameras in 1..{len(vla.CAMERA_NAMES)}")
+    try:
+        robots = tuple(int(n) for n in args.robots.split(","))
+    except ValueError:
+        robots = ()
+    if 1 not in robots or min(robots) < 1:
+        raise UserError(f"--robots must be positive counts including 1, like 1,4,8; got {args.robots!r}")
     import torch
 
     device = resolve_device(args.device)
     if device == "cpu":
         torch.set_num_threads(1)  # as bench policy: one core, comparable between machines
-    results = vla.run(args.type, args.size, device, repeats=args.repeats, cameras=args.cameras)
-    keys = [k for k in results if k.endswith("_ms") or k in ("parameters", "peak_gpu_memory_mb", "split")]
+    results = vla.run(
+        args.type,
+        args.size,
+        device,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        cameras=args.cameras,
+        robot_counts=robots,
+    )
+    shown = ("parameters", "peak_gpu_memory_mb", "split", "fast_p99_over_whole_p50", "split8_over_whole1")
+    keys = [k for k in results if k.endswith("_ms") or k in shown]
     print(format_table(("metric", "value"), [(k, _rounded(results[k])) for k in keys]))
     columns = tuple(results["rows"][0])
     print(format_table(columns, [tuple(_rounded(r[c]) for c in columns) for r in results["rows"]]))
     for target, met in results["targets"].items():
-        print(f"target ({target}): {'no split' if met is None else 'met' if met else 'MISSED'}")
+        unmet = "not measured (needs --robots with 1 and 8)" if results["split"] else "no split"
+        print(f"target ({target}): {unmet if met is None else 'met' if met else 'MISSED'}")
     return results
 
 

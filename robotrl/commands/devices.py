@@ -9,7 +9,7 @@ from typing import Any
 
 from robotrl.core.errors import DeviceNotConnected, UserError
 from robotrl.fleet import Fleet, check_devices, load_fleet
-from robotrl.hardware.discovery import Discovery, discover
+from robotrl.hardware.discovery import Discovery, GpuInfo, discover
 
 CAMERA_BUDGET_S = 2.0
 """Longest a single camera may take to open and deliver a frame, seconds."""
@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print JSON instead of tables (keys robots, serial_ports, cameras, gpus, cpus; fleet with --fleet)",
+        help="print JSON instead of tables (keys robots, serial_ports, cameras, gpus, gpu_usage, cpus; fleet with "
+        "--fleet)",
     )
     parser.add_argument(
         "--fleet",
@@ -59,12 +60,53 @@ def _table(title: str, headers: tuple[str, ...], rows: list[tuple]) -> str:
     return "\n".join([title, *lines])
 
 
-def _mib(value: int | None) -> str:
+def _mib(value: float | None) -> str:
     return "?" if value is None else f"{value / 1024:.1f} GiB"
 
 
-def format_discovery(found: Discovery) -> str:
-    """Readable tables of everything `discover` found."""
+def gpu_usage(found: Discovery) -> list[dict[str, Any]]:
+    """Each CUDA GPU torch sees: `index`, `name` and its `GpuHealth` (memory in use and total,
+    MiB, of the whole GPU, this command's own CUDA context included; utilisation, %, None
+    without nvidia-ml-py), from `robotrl.policies.device.gpu_health`. [] when discovery found
+    no NVIDIA GPU (torch is then not imported) or torch sees no CUDA device."""
+    if not found.gpus:
+        return []
+    try:
+        import torch
+
+        from robotrl.policies.device import gpu_health
+    except ImportError:  # a robot computer without torch
+        return []
+    if not torch.cuda.is_available():
+        return []
+    return [
+        {"index": i, "name": torch.cuda.get_device_name(i), **gpu_health(f"cuda:{i}")}
+        for i in range(torch.cuda.device_count())
+    ]
+
+
+def format_gpus(gpus: tuple[GpuInfo, ...], usage: list[dict[str, Any]]) -> str:
+    """The GPU table: from torch's measurements (`gpu_usage`) when there are any, else what
+    nvidia-smi said; one line when this machine has no CUDA GPU."""
+    if usage:
+        rows = [
+            (
+                u["index"],
+                u["name"],
+                f"{_mib(u['memory_used_mb'])} of {_mib(u['memory_total_mb'])}",
+                "?" if u["utilization_pct"] is None else f"{u['utilization_pct']:.0f}%",
+            )
+            for u in usage
+        ]
+        return _table("GPUs", ("index", "name", "memory in use", "utilisation"), rows)
+    if not gpus:
+        return "GPUs: no CUDA GPU"
+    table = _table("GPUs", ("index", "name", "memory"), [(g.index, g.name, _mib(g.memory_mib)) for g in gpus])
+    return table + "\n  (torch sees no CUDA GPU: memory in use and utilisation unknown)"
+
+
+def format_discovery(found: Discovery, usage: list[dict[str, Any]] | None = None) -> str:
+    """Readable tables of everything `discover` found, the GPUs with `usage` (`gpu_usage`)."""
     return "\n\n".join(
         [
             _table(
@@ -89,7 +131,7 @@ def format_discovery(found: Discovery) -> str:
             _table(
                 "sim robots", ("name", "joints", "driver"), [(r.name, r.num_joints, r.driver) for r in found.robots]
             ),
-            _table("GPUs", ("index", "name", "memory"), [(g.index, g.name, _mib(g.memory_mib)) for g in found.gpus]),
+            format_gpus(found.gpus, usage or []),
             _table(
                 "CPUs",
                 ("model", "cores", "usable", "memory"),
@@ -141,13 +183,14 @@ def run(args: argparse.Namespace) -> int:
         if problems:
             raise DeviceNotConnected(f"{fleet.source}: " + "; ".join(problems))
     found = discover(max_cameras=args.max_cameras, camera_budget_s=CAMERA_BUDGET_S)
+    usage = gpu_usage(found)
     if args.json:
-        data: dict[str, Any] = found.to_dict()
+        data: dict[str, Any] = {**found.to_dict(), "gpu_usage": usage}
         if fleet is not None:
             data["fleet"] = fleet.to_dict()
         print(json.dumps(data, indent=2))
         return 0
-    print(format_discovery(found))
+    print(format_discovery(found, usage))
     if fleet is not None:
         print()
         print(format_fleet(fleet))

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(job.device, role="inference_server", fleet=args.fleet)
     policy = load_policy(job.policy, seed=job.seed, device=device)
     config = replace(job.server, max_step_rad=(job.step_rad,) * policy.metadata.action_dim)
-    server = PolicyServer(policy, config, curve=_curve(job.curve_keys))
+    server = PolicyServer(policy, config, curve=_curve(job.curve_keys), device=device)
     server.start()
     meta = policy.metadata
     print(

@@ -98,6 +98,12 @@ def _add_augmentation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_field(
         parser,
+        "--forward-noise",
+        TrainConfig,
+        "noise on the forwarded state of offset-k examples: std k x this x the joint's motion in one tick",
+    )
+    add_field(
+        parser,
         "--latent-delay-max",
         TrainConfig,
         "delayed-latent augmentation: slow latent from a frame j ~ U{0..J} ticks older",
@@ -162,6 +168,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         action_key=args.action_key,
         k_max=args.k_max,
         k_zero_prob=args.k_zero_prob,
+        forward_noise=args.forward_noise,
         latent_delay_max=args.latent_delay_max,
         rtc_train=args.rtc_train,
         shift_px=args.shift_px,

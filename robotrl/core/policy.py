@@ -109,6 +109,17 @@ class BatchedPolicy(Protocol):
 
 
 @runtime_checkable
+class BatchedSlowPolicy(Protocol):
+    """A `SlowFastPolicy` whose slow pathway encodes many robots in one model call: the
+    `LatentCache` refreshes every due robot at once, each latent stamped with its own
+    robot's tick and the weight version that made it."""
+
+    def encode_slow_batch(self, observations: list[PolicyObservation]) -> list[Any]:
+        """One latent per observation, in order, each as `encode_slow` gives it alone."""
+        ...
+
+
+@runtime_checkable
 class SavablePolicy(ChunkPolicy, Protocol):
     """A policy that writes itself as a checkpoint folder `robotrl serve --policy` loads."""
 
@@ -121,4 +132,21 @@ class ReloadablePolicy(Protocol):
 
     def load_weights(self, data: bytes) -> None:
         """Replace the weights with safetensors `data` (same architecture)."""
+        ...
+
+
+@runtime_checkable
+class StagedReloadablePolicy(ReloadablePolicy, Protocol):
+    """A reloadable policy that takes new weights in two steps, so the thread that serves
+    never waits on parsing or a host-to-device copy: `stage_weights` off the serving thread,
+    `swap_weights` on it between batches (`PolicyServer` checks this type)."""
+
+    def stage_weights(self, data: bytes) -> Any:
+        """Safetensors `data` parsed, checked against the model and copied onto its device,
+        touching nothing the policy serves with (safe from another thread while it serves);
+        raises as `load_weights` does for weights that do not fit."""
+        ...
+
+    def swap_weights(self, staged: Any) -> None:
+        """Put weights from `stage_weights` in service (a copy on the model's device)."""
         ...

@@ -81,7 +81,8 @@ class ActorJob:
     transitions are encrypted and only accepted from allowed keys (CURVE)."""
     beacon: Path | None = None
     """JSON file kept up to date while the arm runs (`robotrl.learn.beacon`: alive, ticks,
-    episodes, version), for a supervisor such as `robotrl up`; None: none."""
+    episodes, version, the arm's and cameras' health), for a supervisor such as `robotrl
+    up`; None: none."""
 
     def __post_init__(self) -> None:
         if not self.arm.simulated and (self.intervention.who == "scripted" or self.stepped_delay is not None):
@@ -156,7 +157,7 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
         if job.beacon is not None:
             from robotrl.learn.beacon import Beacon
 
-            observers.append(Beacon(job.beacon, job.arm.name))
+            observers.append(Beacon(job.beacon, job.arm.name, health=arm.robot.health))
         if job.transitions:
             keys = None if job.learner_keys is None else client_keys(job.learner_keys)
             spec = served_spec(info, arm.robot.spec.num_joints)

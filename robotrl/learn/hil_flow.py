@@ -13,6 +13,7 @@ of the trained weights (`HilFlowConfig.ema_decay`).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -33,7 +34,7 @@ from robotrl.learn.algorithm import (
     optimizer_state,
     soft_update,
 )
-from robotrl.policies.device import CPU
+from robotrl.policies.device import CPU, image_tensor
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
 from robotrl.policies.fastslow.model import FastSlowModel
@@ -113,19 +114,16 @@ def flow_inputs(
     policy: FastSlowPolicy,
     state: np.ndarray,
     env_state: np.ndarray | None,
-    images: dict[str, np.ndarray],
+    images: Mapping[str, np.ndarray | torch.Tensor],
     instruction: list[str],
 ) -> FlowInputs:
     """What the flow conditions on, as `Batch` fields (images, tokens, state, env_state,
-    ee) from (B, S) states, (B, E) env_state, camera -> (B, h, w, 3) uint8 and B strings;
-    images resized to the policy's size."""
+    ee) from (B, S) states, (B, E) env_state, camera -> (B, h, w, 3) uint8 (numpy, or a
+    tensor on any device: it stays there) and B strings; images resized to the policy's size."""
     c = policy.config
     state_t = torch.from_numpy(np.asarray(state, np.float32))
     return {
-        "images": [
-            resize_images(torch.from_numpy(np.ascontiguousarray(images[cam])).permute(0, 3, 1, 2), c.image_size_px)
-            for cam in c.cameras
-        ],
+        "images": [resize_images(image_tensor(images[cam]).permute(0, 3, 1, 2), c.image_size_px) for cam in c.cameras],
         "tokens": torch.from_numpy(policy.vocab.encode_many(list(instruction), c.max_words)),
         "state": state_t,
         "env_state": torch.from_numpy(np.asarray(env_state, np.float32)) if c.use_env_state else None,
@@ -135,6 +133,13 @@ def flow_inputs(
     }
 
 
+def _rows(images: np.ndarray | torch.Tensor, idx: np.ndarray) -> np.ndarray | torch.Tensor:
+    """Rows `idx` of (B, ...) images, numpy or a tensor (indexed on its device)."""
+    if isinstance(images, torch.Tensor):
+        return images[torch.from_numpy(idx).to(images.device)]
+    return images[idx]
+
+
 def flow_batch(policy: FastSlowPolicy, sample: ChunkSample, idx: np.ndarray) -> Batch:
     """The flow-matching `Batch` of examples `idx` of `sample` (latent age 0: the images,
     state and chunk are all from row t)."""
@@ -142,7 +147,7 @@ def flow_batch(policy: FastSlowPolicy, sample: ChunkSample, idx: np.ndarray) -> 
         policy,
         sample.state[idx],
         None if sample.env_state is None else sample.env_state[idx],
-        {cam: sample.images[cam][idx] for cam in policy.config.cameras},
+        {cam: _rows(sample.images[cam], idx) for cam in policy.config.cameras},
         [sample.instruction[i] for i in idx],
     )
     return Batch(

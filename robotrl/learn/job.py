@@ -110,6 +110,7 @@ def run_learner(job: LearnerJob) -> None:
         raise UserError(f"{out} holds a learner run: pass --resume to continue it or choose another --out")
     spec = resolve_spec(job)
     pub_endpoint, latest_endpoint = weight_endpoints(job.weights)
+    device = torch_device(job.device)
     algorithm = make_algorithm(
         job.algo,
         spec,
@@ -117,7 +118,7 @@ def run_learner(job: LearnerJob) -> None:
         preset=job.preset,
         overrides=job.overrides,
         seed=job.loop.seed,
-        device=torch_device(job.device),
+        device=device,
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(spec.to_dict(), indent=1))
@@ -142,7 +143,9 @@ def run_learner(job: LearnerJob) -> None:
         )
         keys = None if job.curve_keys is None else server_keys(job.curve_keys)
         publisher = WeightPublisher(pub_endpoint, latest_endpoint, curve=keys)
-        learner = Learner(algorithm, buffer, publisher, job.loop, resume=job.resume, meta=meta, curve=keys)
+        learner = Learner(
+            algorithm, buffer, publisher, job.loop, resume=job.resume, meta=meta, curve=keys, device=str(device)
+        )
         algorithm.served_policy().save(out / SERVED)  # what a server starts from (`serve --policy`)
         print(
             f"transitions: {learner.transitions_endpoint}  weights: {publisher.pub_endpoint} "

@@ -32,27 +32,38 @@ SERVER_START_S = 120.0
 """How long a local server may take to load its policy and warm up."""
 
 
-def free_port() -> int:
-    """A TCP port on loopback that is free now."""
+def free_port(host: str = LOCAL) -> int:
+    """A TCP port on `host` (an address of this machine; loopback by default) that is free now."""
     with socket.socket() as s:
-        s.bind((LOCAL, 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def free_port_pair(tries: int = 50, taken: frozenset[int] | set[int] = frozenset()) -> int:
-    """A port P such that P and P + 1 are free now (weights PUB and latest-weights) and
-    neither is in `taken` (ports already handed out)."""
+def free_port_pair(tries: int = 50, taken: frozenset[int] | set[int] = frozenset(), host: str = LOCAL) -> int:
+    """A port P such that P and P + 1 are free now on `host` (weights PUB and
+    latest-weights) and neither is in `taken` (ports already handed out)."""
     for _ in range(tries):
-        port = free_port()
+        port = free_port(host)
         if port in taken or port + 1 in taken:
             continue
         with socket.socket() as s:
             try:
-                s.bind((LOCAL, port + 1))
+                s.bind((host, port + 1))
             except OSError:
                 continue
         return port
-    raise UserError("found no two adjacent free TCP ports on loopback")
+    raise UserError(f"found no two adjacent free TCP ports on {host}")
+
+
+def free_port_outside(taken: frozenset[int] | set[int], *, pair: bool = False, host: str = LOCAL) -> int:
+    """A free port on `host` not in `taken` (with `pair`: its next one free too)."""
+    if pair:
+        return free_port_pair(taken=taken, host=host)
+    for _ in range(50):
+        port = free_port(host)
+        if port not in taken:
+            return port
+    raise UserError(f"found no free TCP port on {host}")
 
 
 def _cli(*argv: str) -> list[str]:

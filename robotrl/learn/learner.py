@@ -9,10 +9,15 @@ once the buffer holds `min_transitions` committed transitions, run `algorithm.up
 every `publish_every` updates bump the weight version and publish the served policy's
 weights; every `checkpoint_every` updates write a crash-safe checkpoint (algorithm state
 with networks and optimizers, numpy/torch RNG, counters, buffer cursor). `stop()` (from a
-signal handler) or `max_updates` ends the loop with a final checkpoint.
+signal handler) or `max_updates` ends the loop with a final checkpoint. On a GPU (or with
+`prefetch`) the algorithm samples through `robotrl.learn.prefetch.Prefetcher`: the next
+batch is drawn, and its images copied to the GPU, while an update runs; the batches and
+RNG states are exactly those without it. `loop_clock` times the loop (`bench learner`).
 
 Output folder `out`: `checkpoint/` (see `robotrl.learn.checkpoint`), `updates.csv`,
-`episodes.csv`, `curves.png`, `losses.png` (see `robotrl.learn.metrics`).
+`episodes.csv`, `curves.png`, `losses.png` (see `robotrl.learn.metrics`), and
+`health.json` (`robotrl.core.health.LearnerHealth`: updates/s, buffer, staleness, GPU),
+rewritten about every `HEALTH_EVERY_S` for a supervisor (`robotrl up`).
 
 Resume: the buffer is rebuilt from its own log (every committed episode, also those after
 the checkpoint); the learner reloads the checkpoint and continues. Weight versions
@@ -23,6 +28,7 @@ the servers and no buffered row is newer than the learner.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -37,10 +43,13 @@ import torch
 from robotrl.buffer.sampler import ChunkSample, TransitionSample
 from robotrl.buffer.spec import SpecMismatch
 from robotrl.core.errors import ConfigError
+from robotrl.core.health import LEARNER_HEALTH_FILE, LearnerHealth, rate_per_s
 from robotrl.core.learning import Buffer, Sampler, WeightPublisher
+from robotrl.fsutil import replace_json
 from robotrl.learn.algorithm import Algorithm
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
-from robotrl.learn.metrics import CsvLog, plot_learning_curves, plot_update_curves, staleness_histogram
+from robotrl.learn.metrics import CsvLog, LoopClock, plot_learning_curves, plot_update_curves, staleness_histogram
+from robotrl.learn.prefetch import learner_prefetcher
 from robotrl.wire.keys import ServerKeys
 from robotrl.wire.messages import TransitionBatch
 from robotrl.wire.transitions import TransitionInbox
@@ -49,6 +58,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoint"
 LOG_FILES = ("updates.csv", "episodes.csv")
+HEALTH_EVERY_S = 1.0
+"""Shortest time between two writes of `health.json`, seconds."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,10 @@ class LearnerConfig:
     """Transition batches taken between two updates (the rest wait in the socket)."""
     plot_every_episodes: int = 20
     """Committed episodes between redraws of curves.png (0: only at the end)."""
+    prefetch: bool | None = None
+    """Draw the next batch in a background thread while an update runs (on a GPU, its images
+    pinned and copied there on a side stream); the same batches in the same order either
+    way. None: on a GPU only (on the CPU it gained nothing measurable, docs/benchmarks.md)."""
 
     def __post_init__(self) -> None:
         for name in ("publish_every", "checkpoint_every", "log_every", "poll_ms", "max_batches_per_update"):
@@ -115,6 +130,7 @@ class Learner:
         resume: reload `out/checkpoint` (algorithm, RNG, counters); without one (killed before
             the first checkpoint) the algorithm starts fresh on the recovered buffer.
         meta: extra JSON-able facts saved in every checkpoint (spec, algorithm preset, ...).
+        device: where the algorithm computes ("cpu", "cuda:N"), for the GPU's health.
 
     Attributes (counters, restored on resume): updates, version, received_batches,
     rejected (batches refused: spec mismatch or not decodable), episodes (committed online
@@ -131,8 +147,10 @@ class Learner:
         resume: bool = False,
         meta: dict | None = None,
         curve: ServerKeys | None = None,
+        device: str = "cpu",
     ) -> None:
         self.algorithm, self.buffer, self.publisher, self.cfg = algorithm, buffer, publisher, cfg
+        self.device = device
         self.meta = dict(meta or {})
         self.out = Path(cfg.out)
         self.checkpoint_path = self.out / CHECKPOINT_DIR
@@ -149,9 +167,14 @@ class Learner:
         self._wall_offset_s = 0.0
         if resume:
             self._restore()
-        self._recorder = SampleRecorder(buffer)
+        self._prefetcher = learner_prefetcher(buffer, torch.device(device), cfg.prefetch)
+        self._recorder = SampleRecorder(self._prefetcher or buffer)
+        self.loop_clock = LoopClock()
+        """This session's loop rate (`bench learner`)."""
         self._stop = threading.Event()
         self._started = time.monotonic()
+        self._health_from = (self._started, self.updates)  # (monotonic s, updates) of the last health write
+        self._last_terms: dict[str, float] = {}
         self._rejected_by_robot: dict[str, int] = {}
         self._idle_reason = ""
         self._inbox = TransitionInbox(cfg.transitions_endpoint, curve=curve)
@@ -182,19 +205,12 @@ class Learner:
         last_log, last_log_updates, waited_logged = time.monotonic(), self.updates, 0.0
         try:
             while not self._stop.is_set() and not self._budget_spent():
+                self.write_health()
                 ready = len(self.buffer) >= cfg.min_transitions
                 self.receive(0 if ready else cfg.poll_ms)
                 terms = self._update() if ready else None
                 if terms is None:
-                    if time.monotonic() - waited_logged > 10:
-                        waited_logged = time.monotonic()
-                        log.info(
-                            "waiting for transitions: %d samplable of %d needed, %d batches rejected%s",
-                            len(self.buffer),
-                            cfg.min_transitions,
-                            self.rejected,
-                            f" ({self._idle_reason})" if ready else "",
-                        )
+                    waited_logged = self._log_waiting(ready, waited_logged)
                     continue
                 if self.updates % cfg.publish_every == 0:
                     self.version += 1
@@ -209,7 +225,21 @@ class Learner:
             log.info("interrupted")
         # not after other exceptions: the algorithm's state may be half updated
         self.save()
+        self.write_health(force=True)
         self._plot()
+
+    def _log_waiting(self, ready: bool, logged_s: float) -> float:
+        """Say why no update ran, at most every 10 s; the time of the last such line."""
+        if time.monotonic() - logged_s <= 10:
+            return logged_s
+        log.info(
+            "waiting for transitions: %d samplable of %d needed, %d batches rejected%s",
+            len(self.buffer),
+            self.cfg.min_transitions,
+            self.rejected,
+            f" ({self._idle_reason})" if ready else "",
+        )
+        return time.monotonic()
 
     def _budget_spent(self) -> bool:
         cfg = self.cfg
@@ -220,6 +250,7 @@ class Learner:
     def _update(self) -> dict[str, float] | None:
         """One algorithm update; None (after waiting `poll_ms` for data) when the buffer has
         nothing samplable, e.g. every online row is past the staleness cap."""
+        start = time.monotonic()
         try:
             terms = self.algorithm.update(self._recorder, self.version, self.rng)
         except ValueError as exc:
@@ -227,7 +258,42 @@ class Learner:
             self.receive(self.cfg.poll_ms)
             return None
         self.updates += 1
+        self._last_terms = terms
+        self.loop_clock.add(start, time.monotonic())
         return terms
+
+    @property
+    def prefetch_counts(self) -> dict[str, int] | None:
+        """{"hits": batches drawn ahead and taken, "misses": drawn in the loop's thread};
+        None without prefetching."""
+        p = self._prefetcher
+        return None if p is None else {"hits": p.hits, "misses": p.misses}
+
+    def write_health(self, *, force: bool = False) -> None:
+        """Rewrite `health.json` (`LearnerHealth`) when `HEALTH_EVERY_S` passed since the
+        last write, or now with `force`. A failed write is logged, never fatal."""
+        from robotrl.policies.device import gpu_health
+
+        now = time.monotonic()
+        then, updates_then = self._health_from
+        if not force and now - then < HEALTH_EVERY_S:
+            return
+        staleness = self._last_terms.get("staleness_mean")
+        health: LearnerHealth = {
+            "monotonic_s": now,
+            "updates": self.updates,
+            "updates_per_s": round(rate_per_s(updates_then, self.updates, now - then), 3),
+            "version": self.version,
+            "buffer_transitions": int(self.buffer.committed_transitions),
+            "buffer_samplable": len(self.buffer),
+            "staleness_mean": None if staleness is None else round(float(staleness), 3),
+            "gpu": gpu_health(self.device),
+        }
+        self._health_from = (now, self.updates)
+        try:
+            replace_json(self.out / LEARNER_HEALTH_FILE, health)
+        except OSError:
+            log.exception("could not write %s", self.out / LEARNER_HEALTH_FILE)
 
     def receive(self, timeout_ms: int) -> int:
         """Take up to `max_batches_per_update` waiting transition batches (waiting at most
@@ -270,6 +336,8 @@ class Learner:
         return save_checkpoint(self.checkpoint_path, state, meta)
 
     def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.close()
         self.updates_log.close()
         self.episodes_log.close()
         self._close_sockets()
@@ -282,8 +350,10 @@ class Learner:
 
     # -- internals -----------------------------------------------------------------------
     def _add(self, batch: TransitionBatch) -> int:
+        lock = self._prefetcher.lock if self._prefetcher is not None else contextlib.nullcontext()
         try:
-            episode = self.buffer.add(batch)
+            with lock:  # never while the prefetch thread samples
+                episode = self.buffer.add(batch)
         except (SpecMismatch, ValueError) as exc:  # ValueError: rows the buffer cannot store
             self._reject(batch.robot_id, f"rejected: {exc}")
             return 0

@@ -41,6 +41,40 @@ def staleness_histogram(staleness: np.ndarray, edges: Sequence[int] = STALENESS_
     return {k: int(c) for k, c in zip(keys, counts)}
 
 
+class LoopClock:
+    """The learner loop's own rate: `add(start_s, end_s)` per update (monotonic seconds
+    around `algorithm.update`); the span runs from the end of the first update to the end of
+    the last, so everything between updates (receiving, health, publishing, logging,
+    checkpoints) counts. Example: updates ending at 1.0, 1.5, 2.0 s, each 0.4 s long ->
+    2 updates/s, update share 0.8."""
+
+    def __init__(self) -> None:
+        self.updates = 0
+        self._first_end_s = self._last_end_s = 0.0
+        self._inside_s = 0.0  # inside updates 2, 3, ... (the span)
+
+    def add(self, start_s: float, end_s: float) -> None:
+        if self.updates == 0:
+            self._first_end_s = end_s
+        else:
+            self._inside_s += end_s - start_s
+        self._last_end_s = end_s
+        self.updates += 1
+
+    @property
+    def updates_per_s(self) -> float | None:
+        """Updates/s over the span; None before two updates."""
+        span_s = self._last_end_s - self._first_end_s
+        return (self.updates - 1) / span_s if self.updates >= 2 and span_s > 0 else None
+
+    @property
+    def update_share(self) -> float | None:
+        """Share of the span spent inside the updates (sampling included); 1 - this is the
+        loop's own overhead. None before two updates."""
+        span_s = self._last_end_s - self._first_end_s
+        return self._inside_s / span_s if self.updates >= 2 and span_s > 0 else None
+
+
 def rolling_mean(values: Sequence[float], window: int) -> np.ndarray:
     """(n,) mean of the last `window` values up to and including each index (fewer at the start).
 

@@ -45,6 +45,27 @@ def conditioning_state_rows(states: np.ndarray, actions: np.ndarray, obs, start)
     return np.where(forwarded[:, None], actions[np.maximum(start - 1, 0)], states[obs])
 
 
+def tick_motion_std(actions: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
+    """(S,) per-joint standard deviation of the change of the action over one tick,
+    a_(t+1) - a_t within an episode, rad. `actions` (N, S), `episode_start` (N,)."""
+    same_episode = episode_start[1:] == episode_start[:-1]
+    steps = np.diff(actions, axis=0)[same_episode]
+    return steps.std(axis=0) if len(steps) else np.zeros(actions.shape[1], actions.dtype)
+
+
+def forward_noise(rng: np.random.Generator, k: np.ndarray, sigma_per_tick: np.ndarray) -> np.ndarray:
+    """(B, S) Gaussian noise for forwarded conditioning states: standard deviation
+    `sigma_per_tick` (S,) * k per joint, rad, for examples of offset k (0 where k = 0).
+
+    At inference a forwarded state is a row of an earlier chunk, planned from an older
+    observation; the recorded action it stands for in training was commanded with the
+    world of frame t + k - 1 in view. Without noise the model learns to read the future
+    from it (on `track`, the ball k ticks ahead: docs/algorithms.md section 1)."""
+    k = np.asarray(k, dtype=np.float64)
+    sigma = np.asarray(sigma_per_tick, dtype=np.float64)
+    return (rng.standard_normal((len(k), len(sigma))) * k[:, None] * sigma).astype(np.float32)
+
+
 def chunk_indices(state_index, horizon: int, episode_end) -> tuple[np.ndarray, np.ndarray]:
     """(..., H) action frames of the chunk starting at `state_index`, and the (..., H)
     mask of rows inside the episode (padding rows repeat the last action)."""

@@ -36,7 +36,13 @@ from robotrl.policies.fastslow.policy import POLICY_TYPE, FastSlowPolicy
 from robotrl.policies.fastslow.vocab import Vocabulary
 from robotrl.record.dataset import FrameTable, load_frames
 from robotrl.train.loss import Batch, flow_matching_loss
-from robotrl.train.sampling import chunk_indices, conditioning_state_rows, sample_examples
+from robotrl.train.sampling import (
+    chunk_indices,
+    conditioning_state_rows,
+    forward_noise,
+    sample_examples,
+    tick_motion_std,
+)
 from robotrl.train.state import load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
@@ -66,6 +72,10 @@ class TrainConfig:
     k_zero_prob: float = 0.5
     """Probability of k = 0 on top of the uniform draw (keeps plain behaviour cloning's
     share of the data, so no-delay performance does not pay for the offsets)."""
+    forward_noise: float = 0.0
+    """Gaussian noise on the forwarded state of an example of offset k > 0: per joint, a
+    standard deviation of k * this * the joint's typical motion in one tick (the std of
+    a_(t+1) - a_t over the dataset; `sampling.forward_noise`); 0: none."""
     latent_delay_max: int = 0
     """Delayed latent: j ~ U{0..J} ticks older frame for the slow latent."""
     rtc_train: bool = False
@@ -107,6 +117,8 @@ class TrainConfig:
             raise ConfigError("TrainConfig: k_max, latent_delay_max and rtc_max_prefix must be >= 0")
         if not 0.0 <= self.k_zero_prob <= 1.0:
             raise ConfigError("TrainConfig.k_zero_prob must be in [0, 1]")
+        if self.forward_noise < 0:
+            raise ConfigError("TrainConfig.forward_noise must be >= 0")
         if self.eval_episodes and self.task is None:
             raise ConfigError("TrainConfig: evaluation needs a task (--task reach|pick_place)")
         if self.threads < 1:
@@ -201,13 +213,14 @@ class Trainer:
         )
         if resume_doc is None:
             self.config = policy_config(self.frames, cfg)
-        self.ee = self.ee_of_actions = None
+        self.ee = self.ee_of_actions = self.ee_features = None
         if self.config.ee_features_arm:  # forward kinematics of every state and action, once
-            features = EndEffectorFeatures(self.config.ee_features_arm)
-            self.ee, self.ee_of_actions = (features(x) for x in (self.frames.states, self.frames.actions))
+            self.ee_features = EndEffectorFeatures(self.config.ee_features_arm)
+            self.ee, self.ee_of_actions = (self.ee_features(x) for x in (self.frames.states, self.frames.actions))
         if resume_doc is None:
             self.vocab = Vocabulary.build(self.frames.tasks)
             self.normalizer = fit_normalizer(self.frames, self.config, self.ee)
+        self.motion_std = tick_motion_std(self.frames.actions, self.frames.episode_start)
         self.tokens = torch.from_numpy(self.vocab.encode_many(self.frames.tasks, self.config.max_words))
         self.model = FastSlowModel(self.config, len(self.vocab)).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -253,7 +266,11 @@ class Trainer:
             env_state = torch.from_numpy(f.env_states[idx.obs])  # observed at t, like the images
         state = conditioning_state_rows(f.states, f.actions, idx.obs, idx.state)
         ee = None
-        if self.ee is not None and self.ee_of_actions is not None:  # the same rule on the features
+        if cfg.forward_noise > 0:
+            state = state + forward_noise(self.rng, idx.state - idx.obs, cfg.forward_noise * self.motion_std)
+            if self.ee_features is not None:  # the features of the noisy state
+                ee = torch.from_numpy(self.ee_features(state))
+        elif self.ee is not None and self.ee_of_actions is not None:  # the same rule on the features
             ee = torch.from_numpy(conditioning_state_rows(self.ee, self.ee_of_actions, idx.obs, idx.state))
         prefix = None
         if cfg.rtc_train:

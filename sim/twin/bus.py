@@ -4,7 +4,8 @@ lerobot's calibration file for such a bus.
 
 Registers are raw: positions in encoder ticks, 0..4095 per turn (4096 ticks = 360 deg).
 Only what lerobot's SO-100/101 drivers use is modelled: ping, read, write, sync read, sync
-write on a 256-byte register file per servo (any other instruction gets an empty reply).
+write on a 256-byte register file per servo (any other instruction gets an empty reply);
+Present_Voltage and Present_Temperature hold constants (12.0 V, 35 C; `set_health` changes them).
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ READ, WRITE, SYNC_READ, SYNC_WRITE = 0x02, 0x03, 0x82, 0x83
 """Feetech protocol 0 instructions the bus answers with data (ping gets an empty reply)."""
 MIN_LIMIT, MAX_LIMIT, TORQUE, GOAL, PRESENT = 9, 11, 40, 42, 56
 """STS3215 register addresses: Min/Max_Position_Limit, Torque_Enable, Goal/Present_Position."""
+VOLTAGE, TEMPERATURE = 62, 63
+"""STS3215 one-byte registers Present_Voltage (tenths of a volt) and Present_Temperature (deg C)."""
 STS3215_MODEL = 777
 """Model_Number of an STS3215 (register 3)."""
+VOLTAGE_DV = 120
+"""Present_Voltage of every simulated servo: 12.0 V, a charged SO-101 supply."""
+TEMPERATURE_C = 35
+"""Present_Temperature of every simulated servo, degrees Celsius: warm, far from the 70 C limit."""
 
 Ranges = Mapping[int, tuple[int, int]]
 """Servo id -> raw (range_min, range_max), encoder ticks."""
@@ -60,6 +67,7 @@ class SimServoBus:
             self._put(id_, MAX_LIMIT, high)
             self._put(id_, PRESENT, (low + high) // 2)
             self._put(id_, GOAL, (low + high) // 2)
+            self.regs[id_][VOLTAGE], self.regs[id_][TEMPERATURE] = VOLTAGE_DV, TEMPERATURE_C
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"servo-bus {self.port}", daemon=True)
         self._thread.start()
@@ -92,6 +100,14 @@ class SimServoBus:
         with self._lock:
             for id_, raw in positions.items():
                 self._put(id_, PRESENT, min(max(int(raw), 0), 4095))
+
+    def set_health(self, id_: int, *, temperature_c: int | None = None, voltage_dv: int | None = None) -> None:
+        """Set servo `id_`'s Present_Temperature (deg C) and Present_Voltage (tenths of a volt)."""
+        with self._lock:
+            if temperature_c is not None:
+                self.regs[id_][TEMPERATURE] = temperature_c
+            if voltage_dv is not None:
+                self.regs[id_][VOLTAGE] = voltage_dv
 
     # -- the protocol ----------------------------------------------------------------------
     def _get(self, id_: int, address: int) -> int:

@@ -221,3 +221,52 @@ def test_realtime_episode_through_the_deploy_path_with_latency_and_jitter():
     record = run_realtime_cell(BenchSetup(), cell)
     assert record["key"] == cell.key and record["ticks"] == 30 and record["missed_ticks"] >= 0
     assert record["delay_p50_ticks"] is not None and record["delay_p50_ticks"] >= 2  # the model sleeps 2-3 ticks
+
+
+def test_realtime_rows_compare_with_the_stepped_interval():
+    stepped = [
+        {
+            "scenario": "nominal",
+            "mode": "vlash",
+            "delay": "4",
+            "successes": 45,
+            "episodes": 50,
+            "wilson95_low": 0.79,
+            "wilson95_high": 0.96,
+        }
+    ]
+    rt = [
+        {
+            "variant": "d=4",
+            "mode": "vlash",
+            "success": ok,
+            "delay_p50_ticks": 4.0 + i % 2,
+            "missed_ticks": 1,
+            "step_clamps": 0,
+        }
+        for i, ok in enumerate([True] * 9 + [False])
+    ]
+    (row,) = latency.realtime_rows(rt, stepped, [DelaySpec(4, 4), DelaySpec(8, 8)], ["sync", "vlash"])
+    assert (row["successes"], row["episodes"], row["within_stepped"]) == (9, 10, True)  # 0.9 in [0.79, 0.96]
+    assert row["delay_p50_ticks"] == 4.5 and row["missed_ticks"] == 10
+    assert row["cells"][4] == "45/50 [79%, 96%]" and row["cells"][5] == "met"
+    rt = [dict(r, success=i < 5) for i, r in enumerate(rt)]
+    (row,) = latency.realtime_rows(rt, stepped, [DelaySpec(4, 4)], ["vlash"])
+    assert row["within_stepped"] is False and row["cells"][5] == "MISSED"  # 0.5 is outside
+
+
+def test_latency_run_adds_real_time_episodes_through_the_server(tmp_path):
+    results = latency.run(
+        BenchSetup(),
+        delays=[DelaySpec(2, 2)],
+        modes=["vlash", "ensemble"],
+        episodes=1,
+        seed0=SEED,
+        out_dir=tmp_path,
+        realtime_episodes=1,
+        progress=False,
+    )
+    (row,) = results["realtime"]  # ensemble has no deploy path: stepped only
+    assert row["mode"] == "vlash" and row["episodes"] == 1 and row["delay_p50_ticks"] >= 2
+    assert row["within_stepped"] is not None
+    assert "## Real time through the server" in (tmp_path / "report.md").read_text()

@@ -207,6 +207,21 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
 
 
+def _check_health(status: dict) -> None:
+    """Runtime health in the status file: each arm's loop and command age (stepped
+    simulated arms: no motor bus, no cameras for a state-only policy), the server's
+    queue, batches and chunk latency, the learner's buffer, all on the CPU here."""
+    for name in ("robots.left", "robots.right"):
+        arm = status["roles"][name]["report"]
+        assert arm["arm_state"] == "up" and 0.0 <= arm["command_age_s"] < 2.0
+        assert arm["control_rate_hz"] >= 0 and arm["missed_ticks"] == 0  # a simulated clock never overruns
+        assert (arm["bus_errors"], arm["temperature_c_max"], arm["cameras"]) == (None, None, {})
+    serve, learn = status["roles"]["serve"]["report"], status["roles"]["learn"]["report"]
+    assert 0.0 < serve["chunk_ms_p50"] <= serve["chunk_ms_p99"] and serve["batch_size"] >= 1.0
+    assert serve["queued_requests"] >= 0 and serve["gpu"]["device"] == learn["gpu"]["device"] == "cpu"
+    assert learn["buffer_samplable"] is not None and "intervention_rate" in learn
+
+
 def test_up_runs_the_sim_fleet_restarts_a_killed_actor_and_stops_cleanly(tmp_path, tiny_flow):
     # the example's policy (cwd-relative), untrained and state-only: nothing to render
     tiny_flow(cameras=()).save(tmp_path / "outputs" / "demo" / "policy_weak")
@@ -239,6 +254,7 @@ def test_up_runs_the_sim_fleet_restarts_a_killed_actor_and_stops_cleanly(tmp_pat
         assert status["first_chunk_s"] is not None and status["first_chunk_s"] < time.monotonic() - started
         left, right = status["roles"]["robots.left"], status["roles"]["robots.right"]
         assert left["restarts"] == right["restarts"] == 0
+        _check_health(status)
 
         os.kill(left["pid"], signal.SIGKILL)  # the arm's process dies; its role must come back
         killed = time.monotonic()

@@ -77,6 +77,22 @@ def test_auto_picks_a_gpu_and_says_its_memory():
     print(choice.line(), file=sys.stderr)
 
 
+def test_gpu_health_reports_memory_used_and_total():
+    from robotrl.policies.device import gpu_health
+
+    before = gpu_health(DEVICE)
+    block = torch.empty(256 * 2**20, dtype=torch.uint8, device=DEVICE)  # 256 MiB more in use
+    after = gpu_health(DEVICE)
+    print(f"gpu health {before} -> {after}", file=sys.stderr)
+    if not DEVICE.startswith("cuda"):
+        assert after == {"device": "cpu", "memory_used_mb": None, "memory_total_mb": None, "utilization_pct": None}
+        return
+    assert after["device"].startswith("cuda:") and 0 < after["memory_used_mb"] < after["memory_total_mb"]
+    assert after["memory_used_mb"] - before["memory_used_mb"] >= 200  # the whole GPU: this process's 256 MiB at least
+    assert after["utilization_pct"] is None or 0 <= after["utilization_pct"] <= 100
+    del block
+
+
 def test_fastslow_chunks_on_the_gpu_equal_the_cpus(flow, tiny_flow):
     cpu = [flow.predict_chunk(_obs(t, prefix=t % 2 == 1)).actions_rad for t in range(4)]
     untrained = tiny_flow(cameras=("front", "wrist"), horizon=8, image_size_px=32).predict_chunk(_obs(0))

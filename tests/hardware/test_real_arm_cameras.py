@@ -70,9 +70,16 @@ def test_read_returns_lerobot_camera_frames_and_a_stalled_camera_holds_the_arm(f
         state = arm.read()
         assert state.images["front"].shape == (24, 32, 3) and state.images["front"].dtype == np.uint8
         assert abs(float(state.images["front"].mean()) - publisher.value) < 3  # the grey frame, through JPEG
+        for _ in range(20):  # a 30 Hz loop's reads see the 60 fps stream's newest frames
+            arm.read()
+            time.sleep(1 / 30)
+        front = arm.health()["cameras"]["front"]
+        assert 15.0 < front["fps"] <= 40.0, front  # new frames seen per second: at most the reads' rate
+        assert front["frame_age_s"] is not None and front["frame_age_s"] < 0.2
         goal_before = [fake_bus.present(i) for i in range(1, 7)]
         publisher.stop()  # the camera stops delivering: lerobot's frame ages past its limit
         time.sleep(1.2)
+        assert arm.health()["cameras"]["front"]["frame_age_s"] >= 1.2  # its newest frame, from lerobot's stamp
         with pytest.raises(DeviceNotConnected, match="stopped delivering.*the arm holds"):
             arm.read()
         assert [fake_bus.present(i) for i in range(1, 7)] == goal_before  # held where it was measured

@@ -156,6 +156,21 @@ def test_at_delay_0_vlash_conditions_exactly_as_naive(env):
     assert np.abs(vlash[-1].state_rad - target).max() > 0.01  # the arm lags: the target would differ
 
 
+@pytest.mark.parametrize("delay", [4, H // 2])
+def test_every_async_mode_re_plans_at_the_same_ticks(env, delay):
+    """A vlash chunk keyed at t + d runs H rows past it, d more than naive's; those rows do
+    not count towards the threshold, so both modes request at the same ticks and execute
+    rows of the same age (before, vlash's rows were up to d ticks older at d = 8)."""
+    requests = {}
+    for mode in ("naive", "vlash"):
+        episode = run_stepped_episode(env, 0, mode, delay, H)
+        requests[mode] = [r.obs_tick for r in episode.received]
+        ages = [r.tick - r.obs_tick for r in episode.trace if not r.paused]
+        assert max(ages) <= H - 1, (mode, max(ages))  # every executed row was planned < H ticks ago
+    n = min(len(r) for r in requests.values())  # (an episode ends at success)
+    assert n >= 6 and requests["naive"][:n] == requests["vlash"][:n]
+
+
 class BlockedArm:
     """A robot whose joints stay at `q_rad` whatever it is told (an arm resting on an obstacle)."""
 

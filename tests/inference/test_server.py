@@ -10,11 +10,12 @@ import pytest
 
 from robotrl.core.clock import WallClock
 from robotrl.core.errors import WireError
+from robotrl.core.health import gpu_report
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.inference.executor import Executor, ExecutorConfig
 from robotrl.inference.remote import RemoteChunkSource, remote_executor
 from robotrl.inference.runner import EpisodeRunner
-from robotrl.inference.server import PolicyServer, ServerConfig
+from robotrl.inference.server import HEALTH_WINDOW_S, PolicyServer, ServerConfig
 from robotrl.inference.stepped import ExpertChunkPolicy
 from robotrl.sim.env import TaskEnv
 from robotrl.wire.client import ClientSocket
@@ -79,14 +80,21 @@ def test_four_robots_each_get_their_own_chunks():
                 # row 0 = that robot's own state (0.1 * i) + 0.01
                 np.testing.assert_allclose(reply.actions[0], np.full(6, 0.1 * i + 0.01), atol=1e-6)
                 assert reply.actions.shape == (H, 6)
+            health = server.health()
         finally:
             for c in clients:
                 c.close()
     assert max(policy.batches) >= 2  # requests of different robots were batched
+    batches = round(health["batches_per_s"] * HEALTH_WINDOW_S)  # model calls for the four requests
+    assert health["batch_size"] == pytest.approx(4 / batches) and health["batch_size"] >= 4 / 3
+    p50, p99 = health["chunk_ms"]["p50"], health["chunk_ms"]["p99"]
+    assert 5.0 <= p50 <= p99  # arrival to reply: at least the 5 ms model call
+    assert health["queued_requests"] == 0 and health["gpu"] is None  # no device given
 
 
 def test_server_forwards_the_state_to_the_chunk_start():
-    with PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
+    with PolicyServer(RampPolicy(), ServerConfig(endpoint="tcp://127.0.0.1:*"), device="cpu") as server:
+        assert server.health()["gpu"] == gpu_report("cpu")  # a CPU server says so
         with ClientSocket(server.endpoint, robot_id="arm") as client:
             client.connect(timeout_s=5)
             in_flight = np.array([[0.1] * 6, [0.2] * 6, [0.3] * 6])
@@ -147,6 +155,66 @@ def test_weights_swap_between_chunks_and_version_in_every_reply():
             server.set_weights(2, "weights-v2")
             assert client.request(request("arm", 2, np.zeros(6)), 5).version == 2
     assert policy.version_seen == ["weights-v2"]
+
+
+class StagedRampPolicy(RampPolicy):
+    """A `StagedReloadablePolicy`: records which thread stages and which swaps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[tuple[str, str]] = []
+
+    def stage_weights(self, data):
+        self.threads.append(("stage", threading.current_thread().name))
+        if data == "bad":
+            raise ValueError("weights do not fit this policy")
+        return f"staged {data}"
+
+    def swap_weights(self, staged) -> None:
+        self.threads.append(("swap", threading.current_thread().name))
+        self.version_seen.append(staged)
+
+
+def test_staged_weights_are_built_off_the_serving_thread_and_swapped_between_batches(caplog):
+    policy = StagedRampPolicy()
+    with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*"), version=1) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            assert client.request(request("arm", 1, np.zeros(6)), 5).version == 1
+            subscriber = threading.Thread(target=server.set_weights, args=(2, "v2"), name="weights-sub")
+            subscriber.start()
+            subscriber.join()
+            assert client.request(request("arm", 2, np.zeros(6)), 5).version == 2
+            server.set_weights(3, "bad")  # refused while staging: version 2 stays in service
+            assert client.request(request("arm", 3, np.zeros(6)), 5).version == 2
+    assert policy.version_seen == ["staged v2"]
+    assert policy.threads[:2] == [("stage", "weights-sub"), ("swap", "robotrl-server-model")]
+    assert set(server.stage_ms) == set(server.swap_ms) == {2}
+    assert "weights version 3 could not be staged; still serving version 2" in caplog.text
+
+
+def test_sac_weights_staged_from_another_thread_serve_the_new_actor():
+    import torch
+
+    from robotrl.policies.sac.config import SacNetConfig
+    from robotrl.policies.sac.networks import SacActor
+    from robotrl.policies.sac.policy import SacChunkPolicy
+
+    config = SacNetConfig(6, 6, 0, {}, 16, (16,), 8, max_step_rad=0.05, horizon=2, control_rate_hz=30.0)
+    torch.manual_seed(0)
+    served, trained = (SacChunkPolicy(SacActor(config), deterministic=True) for _ in range(2))
+    obs = PolicyObservation(state_rad=np.full(6, 0.1), tick=3)
+    expected = trained.predict_chunk(obs).actions_rad
+    assert not np.allclose(served.predict_chunk(obs).actions_rad, expected)
+    with PolicyServer(served, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=1)) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            thread = threading.Thread(target=server.set_weights, args=(1, trained.weights_bytes()))
+            thread.start()
+            thread.join()
+            reply = client.request(request("arm", 1, np.full(6, 0.1), tick=3), 5)
+    assert reply.version == 1
+    np.testing.assert_allclose(reply.actions, expected, atol=1e-6)
 
 
 def run_deploy(server_endpoint: str, env: TaskEnv, mode: str, seconds: float, seed: int) -> Executor:

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from robotrl.bringup.probes import learner_report
 from robotrl.learn.checkpoint import checkpoint_exists, load_checkpoint
 from robotrl.learn.metrics import (
     read_csv,
@@ -123,6 +126,23 @@ def _wait(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
         time.sleep(0.02)
 
 
+def _check_health(run, staleness_mean: float) -> None:
+    """The end-to-end run's live health file (30 updates, version 6, 80 transitions, CPU)
+    and a supervisor's view of the run folder (`learner_report`)."""
+    health = json.loads((run / "health.json").read_text())
+    assert (health["updates"], health["version"], health["buffer_transitions"], health["buffer_samplable"]) == (
+        30,
+        6,
+        80,
+        80,
+    )
+    assert health["staleness_mean"] == pytest.approx(staleness_mean, abs=1e-3)  # the last update's batch
+    assert health["gpu"] == {"device": "cpu", "memory_used_mb": None, "memory_total_mb": None, "utilization_pct": None}
+    report = learner_report(run)
+    assert (report["updates"], report["transitions"], report["episodes"]) == (30, 80, 4)
+    assert report["intervention_rate"] == pytest.approx(6 / 80)  # 0 + 1 + 2 + 3 of 4 x 20 ticks
+
+
 def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog):
     import threading
 
@@ -191,6 +211,7 @@ def test_learner_end_to_end_publishes_logs_and_rejects_bad_spec(tmp_path, caplog
     # 8 online rows per update, all made by version 0: staleness = learner version at the time
     assert int(updates[0]["stale_0_1"]) == 5 * 8 and int(updates[1]["stale_1_2"]) == 5 * 8
     assert (tmp_path / "run" / "curves.png").is_file()
+    _check_health(tmp_path / "run", float(updates[-1]["staleness_mean"]))
     state, meta = load_checkpoint(tmp_path / "run" / "checkpoint")
     assert meta["updates"] == 30 and meta["version"] == 6 and meta["buffer_cursor"]["committed_transitions"] == 80
     assert torch.equal(state["algorithm"]["w"], algo.w.detach())

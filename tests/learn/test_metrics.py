@@ -84,3 +84,16 @@ def test_plot_update_curves_draws_every_loss_term(tmp_path):
 
 
 # --- the learner loop: a fake algorithm, the real buffer, real sockets ----------------------
+
+
+def test_loop_clock_counts_everything_between_the_first_and_last_update():
+    import pytest
+
+    from robotrl.learn.metrics import LoopClock
+
+    clock = LoopClock()
+    assert clock.updates_per_s is None and clock.update_share is None
+    for start, end in ((0.6, 1.0), (1.1, 1.5), (1.6, 2.0)):  # updates of 0.4 s ending every 0.5 s
+        clock.add(start, end)
+    assert clock.updates_per_s == pytest.approx(2.0)  # 2 updates after the first in 2.0 - 1.0 s
+    assert clock.update_share == pytest.approx(0.8)  # (0.4 + 0.4) s of 1.0 s

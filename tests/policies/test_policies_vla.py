@@ -7,6 +7,7 @@ Tokenizers and SmolVLA's VLM config are built here (`presets.py`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 
@@ -149,6 +150,77 @@ def test_the_fast_pathway_on_a_fresh_prefix_is_the_whole_call_and_batches_as_one
     whole_alone = [policy.predict_whole([o])[0] for o in robots]
     for f, single, w, alone in zip(fast, one_by_one, whole, whole_alone):
         assert close(f, single) and close(f, w) and close(f, alone)
+
+
+CACHE_TOL = 1e-5
+"""Keys and values of the prefix cache (order 1 here), batched vs alone: float32 rounding
+of the same sums in another batch shape only."""
+
+
+def robots_of_three() -> list[PolicyObservation]:
+    """Three robots: own ticks, states, images, instructions of different lengths (SmolVLA
+    pads the batch to the longest)."""
+    said = ("pick up the red cube", "touch the ball", "place the blue box on the green cube")
+    return [observation(tick=5 + 3 * i, state=0.1 * i, seed=i, instruction=said[i]) for i in range(3)]
+
+
+@pytest.mark.parametrize("kind", SPLIT)
+def test_the_slow_pathway_batches_robots_as_one_by_one(built, kind):
+    """One prefill for three robots: each robot's cache holds, on its real tokens, what its
+    prefill alone holds (padding is masked), and the chunks from either are the whole call's."""
+    policy, _ = built[kind]
+    robots = robots_of_three()
+    batched = policy.encode_slow_batch(robots)
+    alone = [policy.encode_slow(o) for o in robots]
+    for b, a in zip(batched, alone):
+        assert b.pad_masks.shape[0] == 1 and int(b.pad_masks.sum()) == int(a.pad_masks.sum())
+        real_b, real_a = b.pad_masks[0], a.pad_masks[0]
+        for (kb, vb, _), (ka, va, _) in zip(b.cache, a.cache):
+            assert kb.shape[0] == 1 and (kb[:, :, real_b] - ka[:, :, real_a]).abs().max() <= CACHE_TOL
+            assert (vb[:, :, real_b] - va[:, :, real_a]).abs().max() <= CACHE_TOL
+    fast_batched = policy.predict_chunks(robots, batched, [0, 0, 0])
+    fast_alone = policy.predict_chunks(robots, alone, [0, 0, 0])
+    encoded_now = policy.predict_chunks(robots, [None, alone[1], None], [0, 0, 0])
+    whole = [policy.predict_whole([o])[0] for o in robots]
+    for fb, fa, now, w in zip(fast_batched, fast_alone, encoded_now, whole):
+        assert close(fb, fa) and close(fb, now) and close(fb, w)
+
+
+@pytest.mark.parametrize("kind", SPLIT)
+def test_a_latent_cache_encodes_due_robots_together_each_with_its_own_age_and_version(built, kind, monkeypatch):
+    from robotrl.core.policy import BatchedSlowPolicy
+    from robotrl.inference.latents import LatentCache
+
+    policy, _ = built[kind]
+    assert isinstance(policy, BatchedSlowPolicy)
+    calls: list[int] = []
+    encode = policy.encode_slow_batch
+    monkeypatch.setattr(policy, "encode_slow_batch", lambda obs: calls.append(len(obs)) or encode(obs))
+    cache, ids, robots = LatentCache(policy), ["a", "b", "c"], robots_of_three()  # ticks 5, 8, 11
+    first = cache.latents_for(ids, robots, version=2)
+    assert calls == [3] and [age for _, age in first] == [0, 0, 0]
+    later = [dataclasses.replace(o, tick=o.tick + 4) for o in robots]
+    assert [age for _, age in cache.latents_for(ids, later, version=2)] == [4, 4, 4] and calls == [3]
+    # The slow loop re-encodes a and c from newer frames (ticks 7 and 13), b keeps its prefix.
+    cache.refresh_many({"a": dataclasses.replace(robots[0], tick=7), "c": dataclasses.replace(robots[2], tick=13)}, 2)
+    assert calls == [3, 2]
+    assert [age for _, age in cache.latents_for(ids, later, version=2)] == [9 - 7, 12 - 8, 15 - 13]
+    # New weights (version 3): every prefix is due again, in one call, stamped with version 3
+    # (asked again under version 3, none is re-encoded).
+    renewed = cache.latents_for(ids, later, version=3)
+    assert calls == [3, 2, 3] and [age for _, age in renewed] == [0, 0, 0]
+    assert cache.latents_for(ids, later, version=3) == renewed and calls == [3, 2, 3]
+    chunks = policy.predict_chunks(later, [value for value, _ in renewed], [0, 0, 0])
+    for chunk, o in zip(chunks, later):
+        assert close(chunk, policy.predict_whole([o])[0])
+    # A batch that fails (b's frame lacks its camera) is retried robot by robot: a gets its
+    # new prefix (tick 10), b keeps its own (tick 12) and its error is reported.
+    errors: list[str] = []
+    newer = {"a": dataclasses.replace(later[0], tick=10), "b": dataclasses.replace(later[1], tick=13, images={})}
+    fresh = cache.refresh_many(newer, 3, on_error=lambda robot_id, exc: errors.append(robot_id))
+    assert list(fresh) == ["a"] and errors == ["b"] and calls == [3, 2, 3, 2, 1, 1]
+    asked = [dataclasses.replace(o, tick=o.tick + 2) for o in later]  # ticks 11, 14, 17
+    assert [age for _, age in cache.latents_for(ids, asked, version=3)] == [11 - 10, 14 - 12, 17 - 15]
 
 
 @pytest.mark.parametrize("kind", SPLIT)
@@ -304,15 +376,41 @@ def test_a_pi0_made_on_a_gpu_in_lerobots_degrees_is_served_on_the_cpu_in_radians
     assert np.abs(guided.actions_rad[0] - plan[0]).max() < 0.5 * np.abs(chunk.actions_rad[0] - plan[0]).max()
 
 
+def test_the_full_smolvla_preset_is_lerobots_450m_parameter_smolvla(tmp_path):
+    """SmolVLM2-500M's published architecture (`presets.SMOLVLM2_500M`) cut to its first 16
+    text layers, plus the 0.75-wide expert: lerobot's SmolVLA, 0.45 B parameters. Built on
+    the meta device: shapes only, nothing allocated."""
+    from lerobot.policies.factory import get_policy_class
+
+    from robotrl.policies.lerobot_adapter.presets import vla_config, write_smolvlm
+
+    vlm = write_smolvlm(tmp_path / "vlm", "full")
+    config = vla_config("smolvla", "full", vlm, cameras=("front",), state_dim=6, device="cpu")
+    with torch.device("meta"):
+        policy = get_policy_class("smolvla")(config)
+    count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+    model = policy.model.vlm_with_expert
+    text, vision = model.vlm.model.text_model, model.vlm.model.vision_model
+    assert len(text.layers) == 16 and text.config.rms_norm_eps == 1e-5 and not model.vlm.config.tie_word_embeddings
+    assert len(vision.encoder.layers) == 12 and vision.config.image_size == 512 and vision.config.patch_size == 16
+    assert abs(count(vision) - 86.4e6) < 0.1e6  # SigLIP-B/16 at 512 px
+    assert abs(count(model.lm_expert) - 98.2e6) < 0.1e6  # 16 layers of 720, SwiGLU 2048
+    assert abs(count(policy) - 450e6) < 0.005 * 450e6
+
+
 @pytest.mark.parametrize("kind", ["pi0", "pi05"])
 def test_bench_vla_smoke(kind, tmp_path, capsys):
     from robotrl.cli import main
 
     argv = ["bench", "vla", "--type", kind, "--size", "tiny", "--device", "cpu", "--repeats", "2", "--cameras", "1"]
-    assert main([*argv, "--out", str(tmp_path)]) == 0
+    assert main([*argv, "--warmup", "1", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "vla" / "results.json").read_text())
     assert [r["robots"] for r in results["rows"]] == [1, 4, 8] and results["split"] == (kind == "pi0")
-    assert all(r["whole_chunks_per_s"] > 0 for r in results["rows"])
+    assert all(r["whole_chunks_per_s"] > 0 for r in results["rows"]) and results["warmup"] == 1
     if kind == "pi0":
         assert results["fast_p99_ms"] > 0 and results["slow_p50_ms"] > 0 and "split_chunks_per_s" in results["rows"][2]
+        assert all(r["slow_prefixes_per_s"] > 0 for r in results["rows"])  # the slow pathway batched too
     assert "target (8 robots split >= 4x 1 robot whole (chunks/s))" in capsys.readouterr().out
+    assert main([*argv, "--robots", "1,4", "--out", str(tmp_path)]) == 0
+    assert [r["robots"] for r in json.loads((tmp_path / "vla" / "results.json").read_text())["rows"]] == [1, 4]
+    assert main([*argv, "--robots", "4,8", "--out", str(tmp_path)]) == 2  # the per-call latencies need 1

@@ -84,31 +84,84 @@ def test_lerobot_reads_the_installed_files_as_the_twin_maps_them(tmp_path: Path)
     assert json.loads(follower_file.read_text()) == real
 
 
-def test_goals_wait_in_their_registers_and_torque_on_holds(tmp_path: Path) -> None:
+@pytest.fixture
+def twin_follower(tmp_path: Path):
+    """(the twin's follower bus, not instant, servos at raw 2048; lerobot's SO-101 driver
+    `LerobotArm` on it with the twin's calibration, not connected yet)."""
     pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
 
     cal = twin_calibration("so101")
     install_calibration(tmp_path, "arm", "hand", cal)
     bus = SimServoBus(cal.by_id, instant=False)
+    bus.set_present({i: 2048 for i in range(1, 7)})
     arm = LerobotArm("so101", port=bus.port, robot_id="arm", calibration_dir=tmp_path / FOLLOWER_FOLDER)
-    try:
-        bus.set_present({i: 2048 for i in range(1, 7)})
-        arm.connect()
-        assert all(bus.torque_enabled(i) and not bus.commanded(i) for i in range(1, 7))
-        assert [bus.goal(i) for i in range(1, 7)] == [2048] * 6  # torque on: hold where it stands
-        target = np.array([0.5, -0.5, 1.0, -1.0, 2.0, 1.0])
-        arm.command(target)
-        # A sync write has no reply; the next read's reply comes after the bus has taken it.
-        np.testing.assert_allclose(arm.read().q_rad[:5], 0.0, atol=1e-12)  # nothing moves until physics does
-        assert all(bus.commanded(i) for i in range(1, 7))
-        goal = np.array([bus.goal(i) for i in range(1, 7)])
-        np.testing.assert_allclose(cal.raw_to_rad(goal), target, atol=TICK_RAD)  # lerobot truncates a tick
-        arm.disconnect()  # torque off
-        assert not any(bus.torque_enabled(i) or bus.commanded(i) for i in range(1, 7))
-    finally:
-        arm.disconnect()
-        bus.close()
+    yield bus, arm
+    arm.disconnect()
+    bus.close()
+
+
+def test_goals_wait_in_their_registers_and_torque_on_holds(twin_follower) -> None:
+    bus, arm = twin_follower
+    cal = twin_calibration("so101")
+    arm.connect()
+    assert all(bus.torque_enabled(i) and not bus.commanded(i) for i in range(1, 7))
+    assert [bus.goal(i) for i in range(1, 7)] == [2048] * 6  # torque on: hold where it stands
+    target = np.array([0.5, -0.5, 1.0, -1.0, 2.0, 1.0])
+    arm.command(target)
+    # A sync write has no reply; the next read's reply comes after the bus has taken it.
+    np.testing.assert_allclose(arm.read().q_rad[:5], 0.0, atol=1e-12)  # nothing moves until physics does
+    assert all(bus.commanded(i) for i in range(1, 7))
+    goal = np.array([bus.goal(i) for i in range(1, 7)])
+    np.testing.assert_allclose(cal.raw_to_rad(goal), target, atol=TICK_RAD)  # lerobot truncates a tick
+    arm.disconnect()  # torque off
+    assert not any(bus.torque_enabled(i) or bus.commanded(i) for i in range(1, 7))
+
+
+def test_lerobots_bus_reads_the_twins_temperature_and_voltage_rarely_and_a_failed_read_never_stops_the_arm(
+    twin_follower, monkeypatch, caplog
+) -> None:
+    from robotrl.hardware.lerobot_arm import robot as lerobot_arm
+    from robotrl.hardware.safety import SafeRobot
+
+    bus, arm = twin_follower
+    arm.connect()
+    names = ARMS["so101"].joint_names
+    lerobot_bus = arm._follower.bus
+    # lerobot's own reading of the raw registers: 35 (deg C), 120 (tenths of a volt)
+    assert lerobot_bus.sync_read("Present_Temperature") == dict.fromkeys(names, 35)
+    assert lerobot_bus.sync_read("Present_Voltage") == dict.fromkeys(names, 120)
+    health = arm.health()
+    assert health == {
+        "bus_errors": 0,
+        "motors": dict.fromkeys(names, {"temperature_c": 35.0, "voltage_v": 12.0}),
+        "cameras": {},
+    }
+    bus.set_health(2, temperature_c=52, voltage_dv=111)
+    assert arm.health()["motors"]["shoulder_lift"]["temperature_c"] == 35.0  # read at most once a second
+    monkeypatch.setattr(lerobot_arm, "MOTOR_READ_EVERY_S", 0.0)
+    assert arm.health()["motors"]["shoulder_lift"] == {"temperature_c": 52.0, "voltage_v": 11.1}
+
+    safe = SafeRobot(arm)
+    assert safe.health()["last_command_age_s"] is None  # not commanded yet
+    safe.command(safe.read().q_rad)
+    assert 0.0 <= safe.health()["last_command_age_s"] < 1.0
+
+    real_sync_read = lerobot_bus.sync_read
+
+    def noisy(data_name, *args, **kwargs):  # one garbled reply, as a noisy cable gives
+        if data_name == "Present_Temperature":
+            raise ConnectionError("Failed to sync read 'Present_Temperature': [TxRxResult] There is no status packet!")
+        return real_sync_read(data_name, *args, **kwargs)
+
+    monkeypatch.setattr(lerobot_bus, "sync_read", noisy)
+    health = safe.health()  # never raises: the failure is counted, the last reading kept
+    assert health["bus_errors"] == 1 and health["motors"]["shoulder_lift"]["temperature_c"] == 52.0
+    assert "could not read the motors' temperature and voltage" in caplog.text
+    safe.command(safe.read().q_rad)  # the arm goes on
+    monkeypatch.setattr(lerobot_bus, "sync_read", real_sync_read)
+    bus.close()  # the bus dies: health still answers
+    assert arm.health()["bus_errors"] == 2
 
 
 # -- the command -------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ what a trained model listens to, checkpoints and resume, the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -24,8 +25,10 @@ from robotrl.train.sampling import (
     conditioning_state_rows,
     delayed_frame_index,
     example_indices,
+    forward_noise,
     offset_state_index,
     sample_examples,
+    tick_motion_std,
 )
 from robotrl.train.trainer import TrainConfig, Trainer, lr_at, train
 
@@ -92,6 +95,21 @@ def test_training_and_the_executor_condition_on_the_same_state():
         inference = conditioning_state(states[t], actions[t - 1], actions[t:], d)
         training = conditioning_state_rows(states, actions, np.array([t]), np.array([t + d]))[0]
         np.testing.assert_allclose(inference, training)
+
+
+def test_forward_noise_grows_with_the_offset_spares_k_0_and_still_joints():
+    k = np.repeat([0, 1, 4, 8], 20_000)
+    noise = forward_noise(np.random.default_rng(0), k, np.array([0.01, 0.02, 0.0]))
+    assert noise.shape == (80_000, 3) and noise.dtype == np.float32
+    assert np.all(noise[k == 0] == 0) and np.all(noise[:, 2] == 0)  # no offset; a joint that never moves
+    for offset in (1, 4, 8):  # std sigma per tick of offset, per joint
+        np.testing.assert_allclose(noise[k == offset][:, :2].std(axis=0), [0.01 * offset, 0.02 * offset], rtol=0.03)
+
+
+def test_tick_motion_is_measured_within_episodes():
+    actions = np.array([[0.0, 1.0], [0.1, 1.0], [0.3, 1.0], [5.0, 1.0], [5.2, 1.0]])  # episode 2 starts at frame 3
+    std = tick_motion_std(actions, np.array([0, 0, 0, 3, 3]))
+    np.testing.assert_allclose(std, [np.std([0.1, 0.2, 0.2]), 0.0])  # the jump 0.3 -> 5.0 is no motion
 
 
 def test_delayed_frame_indices_golden():
@@ -393,6 +411,35 @@ def test_rtc_training_env_state_and_ee_feature_options(toy, tmp_path):
     chunk = policy.predict_chunk(obs)
     np.testing.assert_array_equal(chunk.actions_rad[:2], obs.prefix_rad[:2])  # d = 2 rows frozen
     assert chunk.start_tick == 6
+
+
+def test_forwarded_states_get_noise_and_their_features_follow(toy, tmp_path):
+    root, _, _ = toy
+    frames = load_frames(root, image_size_px=32, progress=False)
+    policy = {**TINY, "ee_features_arm": "so101"}
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "n",
+        batch_size=256,
+        k_max=4,
+        k_zero_prob=0.0,
+        forward_noise=2.0,
+        policy=policy,
+    )
+    trainer = Trainer(cfg, frames=frames, progress=False)
+    batch = trainer.batch()
+    assert trainer.ee_features is not None
+    np.testing.assert_allclose(batch.ee.numpy(), trainer.ee_features(batch.state.numpy()), atol=1e-5)
+    clean = Trainer(dataclasses.replace(cfg, forward_noise=0.0), frames=frames, progress=False).batch()
+    error = (batch.state - clean.state).numpy()  # the same examples (same seed), noise only
+    np.testing.assert_array_equal(batch.chunk.numpy(), clean.chunk.numpy())
+    k = (clean.state != batch.state).any(axis=1).numpy()
+    moving = trainer.motion_std > 1e-3  # the toy episodes move the shoulder pan only
+    assert moving.tolist() == [True] + [False] * 5
+    ratio = error[k][:, 0].std() / trainer.motion_std[0]  # k ~ U{1..4}, some clipped: std 2 k motion
+    assert 3 < ratio < 8 and np.abs(error[:, ~moving]).max() < 1e-6
+    with pytest.raises(ConfigError, match="forward_noise"):
+        TrainConfig(dataset=root, out=tmp_path / "m", forward_noise=-0.1)
 
 
 def test_end_effector_actions_train_and_decode_to_joints(toy, tmp_path):
