@@ -36,6 +36,20 @@ def pathways_for(policy):
     raise ValueError(f"lerobot {policy.config.type} has no fast/slow split")
 
 
+def _prefill(backbone, attention_mask: torch.Tensor, pad: torch.Tensor, embs: torch.Tensor):
+    """The KV cache of prefix embeddings `embs` (B, L, D) through lerobot's two-tower
+    `backbone` (pi0's `paligemma_with_expert`, SmolVLA's `vlm_with_expert`), positions
+    counted over the (B, L) pad mask, as their `sample_actions` prefill does."""
+    _, cache = backbone.forward(
+        attention_mask=attention_mask,
+        position_ids=torch.cumsum(pad, dim=1) - 1,
+        past_key_values=None,
+        inputs_embeds=[embs, None],
+        use_cache=True,
+    )
+    return cache
+
+
 def _action_dim(policy) -> int:
     return int(policy.config.output_features["action"].shape[0])
 
@@ -54,14 +68,7 @@ class Pi0Pathways:
         masks_4d = prepare_attention_masks_4d(make_att_2d_masks(pad, att))
         experts = self.model.paligemma_with_expert
         experts.paligemma.model.language_model.config._attn_implementation = "eager"  # as sample_actions
-        _, cache = experts.forward(
-            attention_mask=masks_4d,
-            position_ids=torch.cumsum(pad, dim=1) - 1,
-            past_key_values=None,
-            inputs_embeds=[embs, None],
-            use_cache=True,
-        )
-        return cache, pad
+        return _prefill(experts, masks_4d, pad, embs), pad
 
     def actions(self, cache, pad: torch.Tensor, batch: dict, noise: torch.Tensor, rtc: dict) -> torch.Tensor:
         """(B, H, A) normalised actions: the expert's flow on the cached prefix with the
@@ -98,14 +105,7 @@ class SmolVlaPathways:
         embs, pad, att = model.embed_prefix(images, img_masks, batch[LANG_TOKENS], batch[LANG_MASK], state=state)
         n = int(att[0].nonzero()[-1])  # the state token: the last one that opens an attention block
         embs, pad, att = embs[:, :n], pad[:, :n], att[:, :n]
-        _, cache = model.vlm_with_expert.forward(
-            attention_mask=make_att_2d_masks(pad, att),
-            position_ids=torch.cumsum(pad, dim=1) - 1,
-            past_key_values=None,
-            inputs_embeds=[embs, None],
-            use_cache=True,
-        )
-        return cache, pad
+        return _prefill(model.vlm_with_expert, make_att_2d_masks(pad, att), pad, embs), pad
 
     def actions(self, cache, pad: torch.Tensor, batch: dict, noise: torch.Tensor, rtc: dict) -> torch.Tensor:
         """(B, H, A) normalised actions: the state token onto a copy of the cached prefix,

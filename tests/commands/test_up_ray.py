@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_up import _alive, _status, _wait  # the one-machine test's status helpers
 
 from robotrl.bringup.host import NodeClockProbe
 from robotrl.bringup.ray_cluster import RoleResources, role_resources
@@ -193,32 +194,6 @@ def ray_cluster():
                 proc.wait()
             _kill_session(proc.pid)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def _status(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _wait(path: Path, proc: subprocess.Popen, ok, timeout_s: float, what: str) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"robotrl up exited with {proc.returncode} while waiting for {what}"
-        status = _status(path)
-        if status.get("roles") and ok(status):
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"no {what} within {timeout_s} s; last status: {json.dumps(_status(path), indent=1)}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
 
 
 RIGHT_EPISODES = 150
