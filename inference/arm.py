@@ -5,11 +5,14 @@ things the episode runner needs (a `SafeRobot`, a `Task`, a clock).
   policy's cameras; wall clock, or a `SimClock` for stepped runs.
 - so101 / so100: lerobot's SO follower (`LerobotArm`, radians at its boundary) behind
   `SafeRobot` with its watchdog thread, an `ArmTask` with the instruction; wall clock.
+  On a twin (`twin_info`), its follower bus, cameras and calibration are read from the
+  twin's info file when the arm opens, so a restarted twin's new buses are found.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from robotrl.core.clock import Clock, SimClock, WallClock
 from robotrl.core.errors import UserError
@@ -37,11 +40,16 @@ class ArmConfig:
     """Real arm: lerobot calibration id; also this robot's name for the server and learner."""
     cameras: str = ""
     """Real arm: its cameras as lerobot's `--robot.cameras` map (`hardware.lerobot_arm.cameras`)."""
+    twin_info: str | None = None
+    """so101 on a twin: the `robotrl twin --info` file giving the port, cameras and
+    calibration folder (instead of `port` and `cameras`)."""
 
     def __post_init__(self) -> None:
         if self.robot not in ROBOTS:
             raise UserError(f"unknown robot {self.robot!r}; choose {', '.join(ROBOTS)}")
-        if self.robot != "sim" and not self.port:
+        if self.twin_info is not None and (self.robot != "so101" or self.port or self.cameras):
+            raise UserError("a twin is an so101 whose port and cameras come from its info file: give neither")
+        if self.robot != "sim" and not self.port and self.twin_info is None:
             raise UserError(f"--robot {self.robot} needs --port (see `robotrl devices`)")
         if self.robot == "sim":
             from robotrl.sim.scenario import SCENARIOS
@@ -104,7 +112,10 @@ def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> 
     from robotrl.hardware.lerobot_arm.cameras import parse_cameras
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
 
-    cameras = parse_cameras(config.cameras)
+    port, camera_map, calibration_dir = config.port, config.cameras, None
+    if config.twin_info is not None:
+        port, camera_map, calibration_dir = twin_resources(Path(config.twin_info))
+    cameras = parse_cameras(camera_map)
     missing = sorted(set(server_info.get("cameras", ())) - set(cameras))
     if missing:
         given = ", ".join(sorted(cameras)) or "none"
@@ -112,12 +123,26 @@ def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> 
             f"the policy reads cameras {missing}; --cameras gives {given}: name them as the policy was trained"
         )
     clock = WallClock()
-    assert config.port is not None  # checked by ArmConfig
-    arm = LerobotArm(config.robot, port=config.port, robot_id=config.robot_id, cameras=cameras)
+    assert port is not None  # checked by ArmConfig
+    arm = LerobotArm(
+        config.robot, port=port, robot_id=config.robot_id, cameras=cameras, calibration_dir=calibration_dir
+    )
     check_control_rate(server_info, arm.spec.control_rate_hz)
     robot = SafeRobot(arm, clock=clock)
     robot.connect(watchdog_thread=True)
     return OpenArm(robot, ArmTask(robot, config.task), clock)
+
+
+def twin_resources(info: Path) -> tuple[str, str, str]:
+    """(follower port, cameras map, follower calibration folder) of the twin whose `--info`
+    file is `info`; one line when there is none or it is not a twin's."""
+    from robotrl.fsutil import read_json
+
+    data = read_json(info)
+    keys = ("follower_port", "cameras", "follower_calibration_dir")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in keys):
+        raise UserError(f"{info}: no running twin's info file there (start it with `robotrl twin --info {info}`)")
+    return data["follower_port"], data["cameras"], data["follower_calibration_dir"]
 
 
 def check_control_rate(server_info: dict, robot_rate_hz: float) -> None:

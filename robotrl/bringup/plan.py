@@ -1,7 +1,9 @@
 """From a fleet file to the roles `robotrl up` runs on this machine: the learner of
-`[learn]`, the inference server of `[serve]` and one process per arm whose roles include
+`[learn]`, the inference server of `[serve]`, one process per arm whose roles include
 deploy_client or actor, each with its frozen config (`LearnerJob`, `ServeJob`,
-`ActorJob`) handed over as a JSON file, never as a rebuilt command line.
+`ActorJob`) handed over as a JSON file, never as a rebuilt command line (a twin, which
+has no config file, gets its few options as flags), and one recorder per robot with the
+recorder role.
 
 Wiring: every port the file leaves out is a free loopback port chosen once, so a
 restarted role binds (or reaches) the same endpoint and its peers reconnect by
@@ -20,7 +22,20 @@ actor).
 Run folder layout: `learn.json`, `learn.log`, `learner/` (the learner's run) and
 `buffer/`; `serve.json`, `serve.log`; `robots/NAME/` with `actor.json`, `actor.log`,
 `beacon.json` and `episodes.K.csv` (one per start K: a restarted arm runs the episodes
-left, from the seed after the last one ended); `status.json`.
+left, from the seed after the last one ended), and for a driver-"twin" robot its twin's
+`twin.log`, `twin.json` (buses, cameras, heartbeat) and `calibration/`, and for a
+recorder `record.log` and `record.beacon.json` (every start records the episodes its
+dataset lacks, appending to it); `status.json`.
+
+A driver-"twin" robot is two roles: `robots.NAME.twin` (`robotrl twin`, kind "twin") and
+its arm's role, which comes after it and opens the twin's buses and cameras through
+lerobot as a real arm's (`ArmConfig.twin_info`).
+
+A robot with the recorder role has the role `robots.NAME.record` (kind "robot"): `robotrl
+record --fleet FILE --fleet-robot NAME` with its `[robots.NAME.record]` as flags (the
+recorder has no config file either), done once its dataset holds the episodes asked for.
+A robot that also runs a policy records first: its arm's role comes after the recorder is
+done (one motor bus). A fleet of recorders only needs no `[serve]`.
 """
 
 from __future__ import annotations
@@ -33,19 +48,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from robotrl.bringup.host import LocalHost, NodeClockProbe, RoleHost
-from robotrl.bringup.probes import BeaconProbe, HealthProbe, HelloProbe, Probe, csv_rows, learner_report
+from robotrl.bringup.launches import ArmLaunch, LearnerLaunch, RecordLaunch, ServerLaunch, TwinLaunch
+from robotrl.bringup.probes import (
+    BeaconProbe,
+    HealthProbe,
+    HelloProbe,
+    Probe,
+    RecorderProbe,
+    TwinProbe,
+    learner_report,
+)
 from robotrl.bringup.supervisor import RoleSpec
-from robotrl.core.config import save_config
 from robotrl.core.errors import ConfigError, UserError
 from robotrl.fleet import Fleet, RobotEntry
 from robotrl.inference.arm import ArmConfig
 from robotrl.inference.executor import ExecutorConfig
 from robotrl.learn.actor import ACTOR_SEED_STRIDE, ActorJob, InterventionConfig
-from robotrl.learn.launch import actor_command, learner_command, serve_command
 from robotrl.wire.keys import client_keys
 
 if TYPE_CHECKING:
-    from robotrl.inference.server import ServeJob
     from robotrl.learn.job import LearnerJob
 
 STATUS_FILE = "status.json"
@@ -53,67 +74,10 @@ STATUS_FILE = "status.json"
 
 @dataclass(frozen=True)
 class BringUp:
-    """What `robotrl up` runs: roles in start order, the endpoints, and the robots the
-    file declares that it does not start (one line each)."""
+    """What `robotrl up` runs: roles in start order and the endpoints."""
 
     roles: list[RoleSpec]
     endpoints: dict[str, str]
-    skipped: list[str]
-
-
-@dataclass(frozen=True)
-class ServerLaunch:
-    """`robotrl serve --config` of the same `ServeJob` on every start."""
-
-    job: ServeJob
-    file: Path
-
-    def command(self, start: int) -> list[str]:
-        return serve_command(save_config(self.job, self.file))
-
-
-@dataclass(frozen=True)
-class LearnerLaunch:
-    """`robotrl learner --config`; every restart resumes the run (checkpoint + buffer log).
-    The served checkpoint is removed first, so the role is up only once this start wrote it."""
-
-    job: LearnerJob
-    file: Path
-
-    def command(self, start: int) -> list[str]:
-        from robotrl.learn.job import SERVED
-
-        job = self.job if start == 0 else replace(self.job, resume=True)
-        (Path(job.loop.out) / SERVED / "config.json").unlink(missing_ok=True)
-        return learner_command(save_config(job, self.file))
-
-
-@dataclass(frozen=True)
-class ArmLaunch:
-    """`robotrl actor --config` of one arm: start K runs the episodes not yet ended in
-    the earlier starts' logs, from the seed after them, logging to `episodes.K.csv`."""
-
-    job: ActorJob
-    folder: Path
-
-    def logs(self) -> list[Path]:
-        """The episode logs of every start so far, in start order."""
-        found = self.folder.glob("episodes.*.csv")
-        return sorted(found, key=lambda p: int(p.suffixes[0][1:]) if p.suffixes[0][1:].isdigit() else -1)
-
-    def command(self, start: int) -> list[str] | None:
-        ended = sum(len(csv_rows(path)) for path in self.logs())
-        if ended >= self.job.episodes:
-            return None
-        job = replace(
-            self.job,
-            episodes=self.job.episodes - ended,
-            seed=self.job.seed + ended,
-            log=self.folder / f"episodes.{start}.csv",
-        )
-        if job.beacon is not None:
-            job.beacon.unlink(missing_ok=True)  # the role is up once this start writes it
-        return actor_command(save_config(job, self.folder / "actor.json"))
 
 
 def plan_bringup(
@@ -125,35 +89,36 @@ def plan_bringup(
     A fleet this cannot run (a GPU role on another host without `hosts`, a missing
     checkpoint or key, a port in use) is a `ConfigError` naming the field."""
     arms = [robot for robot in fleet.robots if robot.arm_role is not None]
-    skipped = [
-        f"robots.{r.name}: roles {', '.join(r.roles)}: not started (record with `robotrl record --fleet ...`)"
-        for r in fleet.robots
-        if r.arm_role is None
-    ]
-    if fleet.serve is None:
+    recorders = [robot for robot in fleet.robots if robot.record is not None]
+    if fleet.serve is None and (arms or not recorders):
         needs = f"robots.{arms[0].name} is a {arms[0].arm_role}" if arms else "there is nothing to start"
         raise ConfigError(f"{fleet.source}: serve: missing; {needs}: add a [serve] section with the policy")
     if (run / STATUS_FILE).exists() and not resume:
         raise UserError(f"{run} already holds a bring-up; add --resume to continue it or choose another --out")
     here = hosts is None
-    if here:
-        _check_hosts(fleet)
-    _check_keys(fleet)
     where = hosts or {}
-    endpoints = _endpoints(fleet, where)
+    endpoints: dict[str, str] = {}
     roles: list[RoleSpec] = []
-    if fleet.learn is not None:
-        roles.append(_learner_role(fleet, run, endpoints, resume, here))
-    roles.append(_server_role(fleet, run, endpoints, here))
+    if fleet.serve is not None:  # and the learner, which needs it
+        if here:
+            _check_hosts(fleet)
+        _check_keys(fleet)
+        endpoints = _endpoints(fleet, where)
+        if fleet.learn is not None:
+            roles.append(_learner_role(fleet, run, endpoints, resume, here))
+        roles.append(_server_role(fleet, run, endpoints, here))
+    roles += [_recorder_role(fleet, robot, run, where.get(f"robots.{robot.name}")) for robot in recorders]
     names: dict[str, str] = {}
     for k, robot in enumerate(arms):
+        if robot.driver == "twin":
+            roles.append(_twin_role(robot, k, run, where.get(f"robots.{robot.name}")))
         role = _arm_role(fleet, robot, k, run, endpoints, where.get(f"robots.{robot.name}"))
         wire_name = role.info["robot_id"]
         if wire_name in names:
             raise ConfigError(f"{fleet.source}: robots.{robot.name}.id: {wire_name!r} is also {names[wire_name]}")
         names[wire_name] = f"robots.{robot.name}"
         roles.append(role)
-    return BringUp(roles, endpoints, skipped)
+    return BringUp(roles, endpoints)
 
 
 def _fail(fleet: Fleet, path: str, message: str) -> ConfigError:
@@ -271,7 +236,7 @@ def _learner_job(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: boo
     loop = LearnerConfig(
         out=out, transitions_endpoint=endpoints["transitions"], **{k: v for k, v in cadence.items() if v}
     )
-    return LearnerJob(
+    job = LearnerJob(
         algo=learn.algo,
         buffer=Path(learn.buffer) if learn.buffer else run / "buffer",
         loop=loop,
@@ -285,6 +250,7 @@ def _learner_job(fleet: Fleet, run: Path, endpoints: dict[str, str], resume: boo
         device=_device(fleet, learn.device, "learner", here),
         curve_keys=Path(learn.curve_keys) if learn.curve_keys else None,
     )
+    return job if learn.online_ratio is None else replace(job, online_ratio=float(learn.online_ratio))
 
 
 def _check_preset(fleet: Fleet) -> None:
@@ -358,15 +324,90 @@ def _arm_role(
         beacon = BeaconProbe(job.beacon, launch.logs, job.episodes, clock=lambda: time.monotonic() + offset_s)
         probe = NodeClockProbe(beacon, offset_s)
     after = ("serve", "learn") if robot.arm_role == "actor" else ("serve",)
+    after += (f"robots.{robot.name}.twin",) if robot.driver == "twin" else ()
+    after += (f"robots.{robot.name}.record",) if robot.record is not None else ()  # the same arm, once it is done
     info = {"robot_id": job.arm.name, "role": robot.arm_role}
     return RoleSpec(f"robots.{robot.name}", "robot", launch, probe, folder / "actor.log", after, info)
 
 
+def _recorder_role(fleet: Fleet, robot: RobotEntry, run: Path, host: RoleHost | None) -> RoleSpec:
+    """The recorder of `robot` (`RecordLaunch`) in the robot's folder, watched through its
+    beacon; it runs where the arm's role does (under Ray, in the same actor)."""
+    record = robot.record
+    assert record is not None
+    folder, dataset = run / "robots" / robot.name, Path(record.dataset)
+    if dataset.exists() and not (dataset / "meta" / "info.json").is_file():
+        raise _fail(
+            fleet, f"robots.{robot.name}.record.dataset", f"{dataset} is not a LeRobotDataset (no meta/info.json)"
+        )
+    beacon = folder / RecordLaunch.BEACON
+    leader = record.device == "leader"
+    flags = {
+        "--fleet": fleet.source,
+        "--fleet-robot": robot.name,
+        "--task": robot.task or ArmConfig().task,
+        "--scenario": robot.scenario,
+        "--teleop": record.device,
+        "--leader-port": record.leader_port,
+        "--leader-id": record.leader_id if leader else None,
+        "--root": str(dataset),
+        "--max-seconds": f"{record.max_seconds:g}",
+        "--image-size": record.image_size_px,
+        "--cameras": record.cameras,
+        "--beacon": str(beacon),
+    }
+    options = [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
+    options += ["--keep-failed"] if record.keep_failed else []
+    launch = RecordLaunch(tuple(options), dataset, record.episodes, record.seed, beacon)
+    probe: Probe = RecorderProbe(beacon, dataset, record.episodes)
+    if host is not None:  # its beacon is stamped with its node's clock
+        probe = NodeClockProbe(probe, host.clock_offset_s)
+    info = {"role": "recorder", "dataset": str(dataset), "teleop": record.device}
+    return RoleSpec(f"robots.{robot.name}.record", "robot", launch, probe, folder / "record.log", info=info)
+
+
+def _arm(fleet: Fleet, robot: RobotEntry) -> ArmConfig:
+    """The arm of a simulated or real robot, its port and cameras from the fleet file."""
+    opts, default = fleet.arm(robot.name), ArmConfig()
+    return ArmConfig(
+        str(opts["robot"]),
+        robot.task or default.task,
+        robot.scenario or default.scenario,
+        opts["port"],
+        robot.name if robot.driver == "sim" else (opts["robot_id"] or default.robot_id),
+        opts["cameras"] or "",
+    )
+
+
+def _twin_role(robot: RobotEntry, k: int, run: Path, host: RoleHost | None) -> RoleSpec:
+    """`robotrl twin` of a driver-"twin" robot, in the robot's folder; it runs where the arm's
+    role does (under Ray, in the same actor)."""
+    folder = run / "robots" / robot.name
+    seed = robot.seed if robot.seed is not None else ACTOR_SEED_STRIDE * k
+    launch = TwinLaunch(robot.task or ArmConfig().task, seed, robot.name, robot.max_seconds or 0.0, folder)
+    probe: Probe = TwinProbe(launch.info)
+    if host is not None:
+        probe = NodeClockProbe(probe, host.clock_offset_s)
+    info = {"robot_id": robot.name, "info_file": str(launch.info)}
+    return RoleSpec(f"robots.{robot.name}.twin", "twin", launch, probe, folder / "twin.log", info=info)
+
+
+def _twin_arm(fleet: Fleet, robot: RobotEntry, folder: Path) -> ArmConfig:
+    """The arm of a driver-"twin" robot: an so101 whose bus, cameras and calibration come from
+    its twin's info file; told the robot's instruction, else its scene's."""
+    from robotrl.sim.tasks import make_task
+
+    scene = robot.task or ArmConfig().task
+    instruction = robot.instruction or make_task(scene).instruction
+    if instruction is None:
+        raise _fail(fleet, f"robots.{robot.name}.instruction", f"missing; each {scene} scene names a new object")
+    return ArmConfig("so101", instruction, robot_id=robot.name, twin_info=str(folder / TwinLaunch.INFO))
+
+
 def _arm_job(fleet: Fleet, robot: RobotEntry, k: int, endpoints: dict[str, str], folder: Path) -> ActorJob:
     """The `ActorJob` of one arm: an actor streams to the learner, a deploy client not."""
-    opts = fleet.arm(robot.name)
     sim, actor = robot.driver == "sim", robot.arm_role == "actor"
-    default = ArmConfig()
+    budget = {key: getattr(robot, key) for key in ("budget_ticks", "taper_episodes") if getattr(robot, key) is not None}
     options = {
         "episodes": robot.episodes,
         "max_seconds": None if robot.max_seconds is None else float(robot.max_seconds),
@@ -374,21 +415,15 @@ def _arm_job(fleet: Fleet, robot: RobotEntry, k: int, endpoints: dict[str, str],
         "curve_keys": Path(robot.curve_keys) if robot.curve_keys else None,
         "learner_keys": Path(robot.learner_keys) if robot.learner_keys else None,
     }
+    twin = _twin_arm(fleet, robot, folder) if robot.driver == "twin" else None
     try:
-        arm = ArmConfig(
-            str(opts["robot"]),
-            robot.task or default.task,
-            robot.scenario or default.scenario,
-            opts["port"],
-            robot.name if sim else (opts["robot_id"] or default.robot_id),
-            opts["cameras"] or "",
-        )
+        arm = twin or _arm(fleet, robot)
         return ActorJob(
             arm,
             endpoints["serve"],
             endpoints["transitions"] if actor else None,
             ExecutorConfig(robot.mode) if robot.mode else ExecutorConfig(),
-            InterventionConfig(robot.intervene or ("scripted" if sim and actor else "none")),
+            InterventionConfig(robot.intervene or ("scripted" if sim and actor else "none"), **budget),
             seed=robot.seed if robot.seed is not None else ACTOR_SEED_STRIDE * k,
             beacon=folder / "beacon.json",
             **{key: value for key, value in options.items() if value is not None},

@@ -14,6 +14,9 @@ and returns `(seen_s, report)`: the `time.monotonic()` at which the role last an
   ages are taken at the probe's own now (`robotrl.core.health.arm_report`), so an arm
   that stops commanding or a camera that stops delivering is down after `STALE_S` even
   when its beacon is no longer rewritten.
+- `TwinProbe`: a `robotrl twin` through the file its control loop rewrites (`--info`).
+- `RecorderProbe`: a recorder (`robotrl record --beacon`) through its beacon file
+  (`robotrl.record.beacon`) and the episodes its dataset holds.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from robotrl.core.errors import WireError
 from robotrl.core.health import LEARNER_HEALTH_FILE, arm_report, intervention_rate
 from robotrl.fsutil import read_json
 from robotrl.learn.beacon import read_beacon
+from robotrl.record.commit import saved_episodes
 from robotrl.wire.client import ClientSocket
 from robotrl.wire.keys import ClientKeys
 from robotrl.wire.messages import HealthReply, HealthRequest
@@ -213,6 +217,49 @@ class BeaconProbe:
             "control_rate_hz": data.get("control_rate_hz", 0.0),
             "first_chunk_monotonic_s": first,
             **arm_report(data, self.clock()),
+        }
+        seen = data.get("monotonic_s")
+        return (float(seen) if isinstance(seen, (int, float)) else None), report
+
+    def close(self) -> None:
+        pass
+
+
+class TwinProbe:
+    """A twin through its `--info` file (`robotrl.commands.twin.InfoFile`): seen at its
+    `monotonic_s`; reports its follower bus and scene seed."""
+
+    def __init__(self, info: Path) -> None:
+        self.info = info
+
+    def check(self) -> tuple[float | None, dict]:
+        data = read_json(self.info) or {}
+        seen = data.get("monotonic_s")
+        report = {"follower_port": data.get("follower_port"), "seed": data.get("seed")}
+        return (float(seen) if isinstance(seen, (int, float)) else None), report
+
+    def close(self) -> None:
+        pass
+
+
+class RecorderProbe:
+    """A recorder through its beacon, seen at its `monotonic_s`: the episodes its dataset
+    holds (`saved_episodes`, as a restart counts them) of the `episodes` wanted, and the
+    beacon's frames saved and episodes discarded (this start), current seed and control
+    rate (Hz)."""
+
+    def __init__(self, beacon: Path, dataset: Path, episodes: int) -> None:
+        self.beacon, self.dataset, self.episodes = beacon, dataset, episodes
+
+    def check(self) -> tuple[float | None, dict]:
+        data = read_json(self.beacon) or {}
+        report = {
+            "episodes": saved_episodes(self.dataset),
+            "episodes_planned": self.episodes,
+            "frames": data.get("frames", 0),
+            "discarded": data.get("discarded", 0),
+            "seed": data.get("seed"),
+            "control_rate_hz": data.get("control_rate_hz", 0.0),
         }
         seen = data.get("monotonic_s")
         return (float(seen) if isinstance(seen, (int, float)) else None), report

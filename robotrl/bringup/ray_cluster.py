@@ -1,9 +1,10 @@
 """`robotrl up --ray`: every role of a fleet as a Ray actor (`RayRole`), placed by Ray's
 scheduler from the resources it asks for; nothing here chooses a machine.
 
-Resources (`role_resources`): an arm's role (deploy client or actor) asks for the custom
-resource `robot_NAME` of its `[robots.NAME]` entry, which only the node that owns the arm
-declares (`ray start --resources '{"robot_NAME": 1}'`), and one CPU. The server and the
+Resources (`role_resources`): a robot with an arm's role (deploy client or actor) or the
+recorder role has one actor, for all its roles, that asks for the custom resource
+`robot_NAME` of its `[robots.NAME]` entry, which only the node that owns the arm declares
+(`ray start --resources '{"robot_NAME": 1}'`), and one CPU. The server and the
 learner ask for Ray GPUs when a `[gpus.*]` entry serves their role (`inference_server`,
 `learner`): one GPU split evenly between the started roles it serves (two: 0.5 each), no
 CPU; else one CPU. `[gpus.*].host` and `index` are not used: Ray picks the node and the
@@ -76,8 +77,9 @@ def robot_resource(name: str) -> str:
 
 
 def role_resources(fleet: Fleet) -> dict[str, RoleResources]:
-    """Each role `robotrl up` starts (named as in its plan: "learn", "serve",
-    "robots.NAME") -> what its actor asks Ray for (see the module docstring)."""
+    """Each Ray actor `robotrl up` places (named as the roles of its plan: "learn", "serve",
+    "robots.NAME", which also runs "robots.NAME.record") -> what it asks Ray for (see the
+    module docstring)."""
     started = [name for name, present in (("learn", fleet.learn), ("serve", fleet.serve)) if present is not None]
     serving = {name: next((g for g in fleet.gpus if FLEET_GPU_ROLE[name] in g.roles), None) for name in started}
     wanted: dict[str, RoleResources] = {}
@@ -88,7 +90,7 @@ def role_resources(fleet: Fleet) -> dict[str, RoleResources]:
         sharing = sum(1 for other in serving.values() if other is gpu)
         wanted[name] = RoleResources(0.0, round(1.0 / sharing, 4), source=f"gpus.{gpu.name}")
     for robot in fleet.robots:
-        if robot.arm_role is not None:
+        if robot.arm_role is not None or robot.record is not None:
             resources = {robot_resource(robot.name): 1.0}
             wanted[f"robots.{robot.name}"] = RoleResources(1.0, 0.0, resources, f"robots.{robot.name}")
     return wanted

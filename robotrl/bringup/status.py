@@ -40,7 +40,8 @@ def status_table(status: dict) -> str:
     rows: list[tuple] = []
     for name, role in status["roles"].items():
         quiet = "-" if role["quiet_s"] is None else f"{role['quiet_s']:.1f} s"
-        uptime, text = f"{role['uptime_s']:.0f} s", report_text(role["kind"], role["report"])
+        kind = "recorder" if role.get("role") == "recorder" else role["kind"]
+        uptime, text = f"{role['uptime_s']:.0f} s", report_text(kind, role["report"])
         rows.append((name, role["state"], role["pid"] or "-", role["restarts"], uptime, quiet, text))
         rows += [(label, state, "", "", "", "", text) for label, state, text in sub_rows(role["report"])]
     return head + "\n" + format_table(HEADERS, rows)
@@ -58,8 +59,8 @@ def sub_rows(report: dict) -> list[tuple[str, str, str]]:
 
 
 def report_text(kind: str, report: dict) -> str:
-    """One short line of what a role reports ("-": not reported, e.g. a simulated arm's
-    motor temperatures)."""
+    """One short line of what a role of `kind` (a role kind, or "recorder") reports ("-":
+    not reported, e.g. a simulated arm's motor temperatures)."""
     if not report:
         return ""
     if kind == "server":
@@ -77,6 +78,14 @@ def report_text(kind: str, report: dict) -> str:
             f"version {report.get('version') or 0}  buffer {report.get('transitions') or 0}  "
             f"staleness {_f(report.get('staleness_mean'), '.1f')}  "
             f"intervention {_f(report.get('intervention_rate'), '.0%')}  episodes {report.get('episodes', 0)}"
+        )
+    if kind == "twin":
+        return f"follower bus {report.get('follower_port') or '-'}  scene seed {report.get('seed')}"
+    if kind == "recorder":
+        return (
+            f"recorded {report.get('episodes', 0)}/{report.get('episodes_planned', '?')} episodes  "
+            f"frames {report.get('frames', 0)}  discarded {report.get('discarded', 0)}  "
+            f"seed {_f(report.get('seed'), 'd')}  {report.get('control_rate_hz', 0.0):.0f} Hz"
         )
     down = "ARM DOWN: " if report.get("arm_state") == "down" else ""
     return down + (

@@ -1,23 +1,24 @@
 """`Supervisor`: the processes of a bring-up. Each role starts once the roles it comes
-after are up, is watched through its probe, is restarted with exponential backoff when it
-dies, and is stopped in order at the end. Where a role's process runs is its `Spawner`'s
-business (`robotrl.bringup.process`): this machine by default, a Ray node under `--ray`.
+after are up (or done: a robot's recorder, before its arm's role), is watched through its
+probe, is restarted with exponential backoff when it dies, and is stopped in order at the
+end. Where a role's process runs is its `Spawner`'s business (`robotrl.bringup.process`):
+this machine by default, a Ray node under `--ray`.
 
 Role states:
 
 | state | meaning |
 |---|---|
-| waiting | not started yet: a role it comes after is not up |
+| waiting | not started yet: a role it comes after is not up (or done) |
 | starting | its process runs but has not answered since it started |
 | up | it answered within the last `QUIET_S` seconds |
 | down | its process runs, it answered before, but has been quiet for over `QUIET_S` |
 | restarting | its process died; it starts again after its backoff (and once its dependencies are up) |
-| done | an arm's role whose episodes are all run (its process exited 0) |
-| failed | it died `GIVE_UP_AFTER` times in a row, each within `STABLE_S` of its start: not restarted |
+| done | a robot's role whose episodes are all run or recorded (its process exited 0) |
+| failed | it died `GIVE_UP_AFTER` times in a row, each within `STABLE_S` of its start; or a role it waits for failed |
 | stopping / stopped | being stopped / stopped at the end |
 
-Any exit of a server or learner counts as a death (they run until stopped); an arm's role
-is done when it exits 0. Children run in their own process group (a terminal's Ctrl-C
+Any exit of a twin, server or learner counts as a death (they run until stopped); an arm's role
+or a recorder is done when it exits 0. Children run in their own process group (a terminal's Ctrl-C
 reaches only the supervisor, which stops them in order) and, on Linux, get SIGTERM when
 the supervisor (or the Ray actor that started them) dies (`PR_SET_PDEATHSIG`), so none is
 left behind. A role whose process cannot be started where it runs (`SpawnError`: its Ray
@@ -40,11 +41,13 @@ from robotrl.bringup.process import LocalSpawner, RoleProcess, Spawner, SpawnErr
 
 log = logging.getLogger(__name__)
 
-KINDS = ("learner", "server", "robot")
-"""Role kinds; also their start order (each kind waits for those it names in `after`)."""
-STOP_ORDER = ("robot", "server", "learner")
-"""The arms' roles first (each arm holds as its process ends), then servers, then learners."""
-STOP_TIMEOUT_S = {"robot": 10.0, "server": 15.0, "learner": 60.0}
+KINDS = ("twin", "learner", "server", "robot")
+"""Role kinds; also their start order (each kind waits for those it names in `after`). A
+twin is the simulated hardware of a driver-"twin" robot (`robotrl twin`)."""
+STOP_ORDER = ("robot", "server", "learner", "twin")
+"""The arms' roles first (each arm holds as its process ends), then servers, then learners,
+then the twins (whose buses the arms held on)."""
+STOP_TIMEOUT_S = {"robot": 10.0, "server": 15.0, "learner": 60.0, "twin": 10.0}
 """How long a role of each kind may take to stop after SIGTERM before SIGKILL, seconds (a
 learner writes its final checkpoint)."""
 QUIET_S = 2.0
@@ -281,12 +284,20 @@ class Supervisor:
         }
 
     def _deps_up(self, role: _Role) -> bool:
+        """Every role `role` comes after is up, or done (only a robot's role can be)."""
         states = {r.spec.name: r.state for r in self.roles}
-        return all(states[name] == "up" for name in role.spec.after)
+        return all(states[name] in ("up", "done") for name in role.spec.after)
 
     def _start_if_due(self, role: _Role) -> None:
         now = self.clock()
-        if role.state not in ("waiting", "restarting") or now < role.next_start_s or not self._deps_up(role):
+        if role.state not in ("waiting", "restarting"):
+            return
+        failed = next((r.spec.name for r in self.roles if r.spec.name in role.spec.after and r.state == "failed"), None)
+        if failed is not None:  # e.g. the recorder of its arm: it would wait for ever
+            role.state, role.last_exit = "failed", {"error": f"{failed} failed", "at_s": round(now - self.started_s, 3)}
+            log.error("%s is not started: %s failed", role.spec.name, failed)
+            return
+        if now < role.next_start_s or not self._deps_up(role):
             return
         argv = role.spec.launch.command(role.starts)
         if argv is None:

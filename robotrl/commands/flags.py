@@ -24,12 +24,14 @@ def add_fleet_arguments(parser: Any) -> None:
     parser.add_argument(
         "--fleet-robot",
         metavar="NAME",
-        help="the [robots.NAME] of --fleet: sets --robot, --port, --robot-id and --cameras (its [cameras.*])",
+        help="the [robots.NAME] of --fleet: sets --robot, --port, --robot-id and a real arm's --cameras (its "
+        "[cameras.*])",
     )
 
 
 def apply_fleet(args: Any) -> None:
-    """Replace `args.robot`, `.port`, `.robot_id` and `.cameras` by the fleet file's robot."""
+    """Replace `args.robot`, `.port`, `.robot_id` and a real arm's `.cameras` by the fleet
+    file's robot (a simulated arm renders the cameras the command asks for)."""
     from robotrl.core.errors import UserError
 
     if (args.fleet is None) != (args.fleet_robot is None):
@@ -39,7 +41,9 @@ def apply_fleet(args: Any) -> None:
     from robotrl.fleet import load_fleet
 
     arm = load_fleet(args.fleet).arm(args.fleet_robot)
-    args.robot, args.port, args.cameras = arm["robot"], arm["port"], arm["cameras"]
+    args.robot, args.port = arm["robot"], arm["port"]
+    if arm["robot"] != "sim":
+        args.cameras = arm["cameras"]
     args.robot_id = arm["robot_id"] or args.robot_id
 
 

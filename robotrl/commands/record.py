@@ -44,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between episodes to reset the scene, the teleop still driving the arm (default: 0)",
     )
     parser.add_argument("--keep-failed", action="store_true", help="also store episodes that did not succeed")
+    parser.add_argument(
+        "--beacon",
+        type=Path,
+        metavar="PATH",
+        help="keep this JSON file up to date while recording (pid, episodes saved, frames, seed, control rate; "
+        "what `robotrl up` watches)",
+    )
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
     parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
     add_fleet_arguments(parser)
@@ -136,6 +143,7 @@ def _record(args: argparse.Namespace, session) -> tuple:
     from tqdm import tqdm
 
     from robotrl.hardware.lerobot_arm.convention import LEROBOT, RADIANS, JointConvention
+    from robotrl.record.beacon import RecordBeacon
     from robotrl.record.features import dataset_features
     from robotrl.record.run import RecordConfig, record_dataset
     from robotrl.record.writer import DatasetWriter
@@ -160,7 +168,10 @@ def _record(args: argparse.Namespace, session) -> tuple:
                 args.keep_failed or args.robot != "sim",
                 reset_ticks=round(args.reset_time_s * args.fps),
             )
-            summary = record_dataset(session, teleop, writer, config, progress=bar, disturbance=disturbance)
+            beacon = None if args.beacon is None else RecordBeacon(args.beacon)
+            summary = record_dataset(
+                session, teleop, writer, config, progress=bar, disturbance=disturbance, observer=beacon
+            )
     finally:
         writer.close()
         teleop.disconnect()

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from robotrl.commands.flags import add_field
 from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
-from robotrl.sim.twin.twin import TwinConfig, TwinInfo
+from robotrl.fsutil import replace_json
+from robotrl.sim.twin.calibration import FOLLOWER_FOLDER
+from robotrl.sim.twin.twin import Twin, TwinConfig, TwinInfo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_field(parser, "--reset-every-s", TwinConfig, "new scene this often in seconds; 0: at start and on SIGUSR1")
     parser.add_argument("--json", action="store_true", help="print one JSON object (ports, ids, calibration, cameras)")
+    parser.add_argument(
+        "--info",
+        type=Path,
+        help="keep this JSON file up to date while the twin runs: the --json object, its pid and a heartbeat "
+        "(monotonic_s, rewritten every 0.5 s by the control loop); removed at exit (`robotrl up` reads it)",
+    )
 
 
 def twin_config(args: argparse.Namespace) -> TwinConfig:
@@ -74,8 +84,6 @@ def twin_config(args: argparse.Namespace) -> TwinConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from robotrl.sim.twin.twin import Twin
-
     config = twin_config(args)  # bad options fail before anything starts
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -87,8 +95,10 @@ def run(args: argparse.Namespace) -> int:
         reset = twin.request_reset
         previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, lambda *_: reset())
         _announce(twin.info, args.json)
-        twin.run(stop)
+        twin.run(stop, None if args.info is None else InfoFile(args.info, twin))
     finally:
+        if args.info is not None:
+            args.info.unlink(missing_ok=True)
         if twin is not None:
             twin.close()
         if own_dir:
@@ -96,6 +106,28 @@ def run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+class InfoFile:
+    """`--info PATH`: the twin's `TwinInfo`, the folder of the follower's calibration file (a
+    `LerobotArm` calibration_dir), pid, scene seed and `monotonic_s` (CLOCK_MONOTONIC,
+    one clock for every process of the machine), rewritten atomically by the control loop at
+    most every `every_s` seconds: a reader tells a stalled twin by the age of `monotonic_s`."""
+
+    def __init__(self, path: Path, twin: Twin, every_s: float = 0.5) -> None:
+        self.path, self.twin, self.every_s = path, twin, every_s
+        info = twin.info
+        follower = Path(info.calibration_dir) / FOLLOWER_FOLDER
+        self.info = {**info.as_dict(), "follower_calibration_dir": str(follower)}
+        self._written_s = -every_s
+        self()
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self._written_s < self.every_s:
+            return
+        replace_json(self.path, {**self.info, "pid": os.getpid(), "monotonic_s": now, "seed": self.twin.seed})
+        self._written_s = now
 
 
 def _announce(info: TwinInfo, as_json: bool) -> None:

@@ -1,14 +1,17 @@
 """`robotrl up FLEET.toml`: start every role the fleet file declares on this machine and
 supervise them: the learner of `[learn]`, the inference server of `[serve]` (on the
-fleet's GPU for the role) and one process per arm with the deploy_client or actor role.
-With `--ray` each role runs instead as a Ray actor that Ray places (an arm's role on the
-node declaring the resource `robot_NAME`, a GPU role on a node with a free GPU:
-`robotrl.bringup.ray_cluster`), and the endpoints are those nodes' IPs.
+fleet's GPU for the role), one process per arm with the deploy_client or actor role, and
+the recorder of each robot with the recorder role (`[robots.NAME.record]`; an arm that
+also runs a policy records first). With `--ray` each role runs instead as a Ray actor
+that Ray places (a robot's roles on the node declaring the resource `robot_NAME`, a GPU
+role on a node with a free GPU: `robotrl.bringup.ray_cluster`), and the endpoints are
+those nodes' IPs.
 A role that dies is restarted with exponential backoff (0.5 s doubling to 4 s); the
 status goes to a JSON file every second and to a live table. Ctrl-C or SIGTERM stops
 the arms' roles first, then the server, then the learner (final checkpoint), exit 0; a
-second one kills what is left. When every arm has run its episodes, `up` stops the rest
-and exits 0 (1 if a role failed: it died 5 times in a row within 10 s of its start).
+second one kills what is left. When every arm has run its episodes and every recorder
+recorded its dataset, `up` stops the rest and exits 0 (1 if a role failed: it died 5
+times in a row within 10 s of its start).
 """
 
 from __future__ import annotations
@@ -68,15 +71,14 @@ def run(args: argparse.Namespace) -> int:
     placed = _place(fleet, args.ray_address or "auto") if args.ray else None
     try:
         bringup = plan_bringup(fleet, out, resume=args.resume, hosts=placed)
-        for line in bringup.skipped:
-            print(line, flush=True)
-        wiring = "  ".join(f"{name} {endpoint}" for name, endpoint in bringup.endpoints.items())
+        wiring = "  ".join(f"{name} {endpoint}" for name, endpoint in bringup.endpoints.items()) or "none"
         print(
             f"robotrl up {args.fleet}: {len(bringup.roles)} roles, run folder {out}, status {status_path}", flush=True
         )
         print(f"endpoints: {wiring}", flush=True)
         extra = {"fleet": str(args.fleet), "run": str(out), "endpoints": bringup.endpoints}
-        code = _supervise(bringup.roles, placed, status_path, extra, quiet=args.quiet)
+        spawners = None if placed is None else _spawners(bringup.roles, placed)
+        code = _supervise(bringup.roles, spawners, status_path, extra, quiet=args.quiet)
     finally:
         if placed is not None:
             from robotrl.bringup.ray_cluster import release
@@ -96,6 +98,13 @@ def _place(fleet: Fleet, address: str) -> dict[str, RayHandle]:
         node = handle.node
         print(f"ray: {name} on node {node['id'][:8]} ({node['ip']}, {node['hostname']})", flush=True)
     return placed
+
+
+def _spawners(roles: list[RoleSpec], placed: dict[str, RayHandle]) -> dict[str, RayHandle]:
+    """Each role's Ray actor: its own, or for a role of a robot ("robots.NAME.twin",
+    "robots.NAME.record") the robot's, so it runs on the node that owns the arm."""
+    owner = {role.name: ".".join(role.name.split(".")[:2]) for role in roles}
+    return {name: placed[robot] for name, robot in owner.items() if robot in placed}
 
 
 def _supervise(

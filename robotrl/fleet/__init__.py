@@ -4,7 +4,8 @@ what `robotrl up` needs to start them.
 A fleet file is TOML with three kinds of named table (see `examples/fleet.toml`):
 `[robots.NAME]`, `[cameras.NAME]` and `[gpus.NAME]`, and two optional single tables for
 bring-up (`examples/fleet-sim.toml`): `[serve]` (the inference server: policy, port) and
-`[learn]` (the learner: algorithm, folders, ports). Every entry validates itself in
+`[learn]` (the learner: algorithm, folders, ports); a robot with the recorder role has
+its `[robots.NAME.record]` (the dataset, the teleop). Every entry validates itself in
 `__post_init__` and names the bad field by its path in the file, e.g.
 `fleet.toml: robots.left_arm.roles[1]: 'pilot' is not a role (...)`.
 
@@ -19,12 +20,12 @@ import os
 import socket
 import sys
 import tomllib
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from robotrl.core.devices import FleetGpu
 from robotrl.core.errors import ConfigError
-from robotrl.fleet.entries import (
+from robotrl.fleet.checks import (
     ALGORITHMS,
     ARM_ROLES,
     DRIVERS,
@@ -32,13 +33,11 @@ from robotrl.fleet.entries import (
     LOCAL_HOSTS,
     ROBOT_ROLES,
     ROLES,
-    CameraEntry,
-    GpuEntry,
-    LearnEntry,
-    RobotEntry,
-    ServeEntry,
+    _entry,
     _fail,
 )
+from robotrl.fleet.entries import CameraEntry, GpuEntry, LearnEntry, ServeEntry
+from robotrl.fleet.robots import RecordEntry, RobotEntry
 
 __all__ = [
     "ALGORITHMS",
@@ -51,6 +50,7 @@ __all__ = [
     "Fleet",
     "GpuEntry",
     "LearnEntry",
+    "RecordEntry",
     "RobotEntry",
     "ServeEntry",
     "check_devices",
@@ -92,6 +92,9 @@ class Fleet:
         for robot in self.robots:
             if robot.port is not None:
                 claim(f"robots.{robot.name}.port", ("port", robot.port), repr(robot.port))
+            if robot.record is not None and robot.record.leader_port is not None:
+                port = robot.record.leader_port
+                claim(f"robots.{robot.name}.record.leader_port", ("port", port), repr(port))
         names = [robot.name for robot in self.robots]
         for camera in self.cameras:
             key = "path" if camera.path is not None else "index"
@@ -105,13 +108,20 @@ class Fleet:
             claim(f"gpus.{gpu.name}.index", ("gpu", gpu.host, gpu.index), f"GPU {gpu.index} of {gpu.host}")
 
     def _check_bringup(self) -> None:
-        """Actors need the learner, the learner needs the server, and no port twice."""
+        """Actors need the learner, the learner needs the server, no port twice, and no
+        dataset recorded by two robots."""
+        datasets: dict[str, str] = {}
         for robot in self.robots:
             if "actor" in robot.roles and self.learn is None:
                 i = robot.roles.index("actor")
                 _fail(f"robots.{robot.name}.roles[{i}]", "'actor' streams to the learner: add a [learn] section")
             if robot.learner_keys is not None and robot.arm_role != "actor":
                 _fail(f"robots.{robot.name}.learner_keys", "only for a robot with the 'actor' role")
+            if robot.record is not None:
+                folder = os.path.normpath(robot.record.dataset)
+                if folder in datasets:
+                    _fail(f"robots.{robot.name}.record.dataset", f"{folder} is also recorded by {datasets[folder]}")
+                datasets[folder] = f"robots.{robot.name}"
         if self.learn is not None and self.serve is None:
             _fail("learn", "needs a [serve] section: its policy is what the learner starts from and serves")
         ports: dict[int, str] = {}
@@ -134,6 +144,11 @@ class Fleet:
         if robot is None:
             known = ", ".join(r.name for r in self.robots) or "none declared"
             raise ConfigError(f"{self.source}: no robot {name!r} (robots: {known})")
+        if robot.driver == "twin":
+            raise ConfigError(
+                f"{self.source}: robots.{name}: a twin's buses exist only while it runs: `robotrl up` starts it, "
+                "or start `robotrl twin` and give its follower bus as --port"
+            )
         cameras = {
             c.name: {
                 "type": "opencv",
@@ -187,21 +202,6 @@ SECTIONS = {"robots": RobotEntry, "cameras": CameraEntry, "gpus": GpuEntry}
 """Sections of named tables, `[section.NAME]`."""
 SINGLE_SECTIONS = {"serve": ServeEntry, "learn": LearnEntry}
 """Sections that are one table, `[section]`."""
-
-
-def _entry(cls: type, at: str, table: object, **extra: object):
-    """The table at path `at` as a `cls`; unknown and missing keys are errors."""
-    if not isinstance(table, dict):
-        _fail(at, f"expected a table [{at}], got {table!r}")
-    keys = cls.TOML_KEYS
-    for key in table:
-        if key not in keys:
-            _fail(f"{at}.{key}", f"unknown key (known: {', '.join(keys)})")
-    for key, attr in keys.items():
-        spec = next(f for f in fields(cls) if f.name == attr)
-        if spec.default is MISSING and spec.default_factory is MISSING and key not in table:
-            _fail(f"{at}.{key}", "missing")
-    return cls(**extra, **{keys[key]: value for key, value in table.items()})
 
 
 def parse_fleet(data: dict, source: str = "fleet.toml") -> Fleet:

@@ -85,6 +85,16 @@ def actor_command(config_file: Path) -> list[str]:
     return _cli("actor", "--config", str(config_file))
 
 
+def twin_command(*args: str) -> list[str]:
+    """`robotrl twin ARGS`."""
+    return _cli("twin", *args)
+
+
+def record_command(*args: str) -> list[str]:
+    """`robotrl record ARGS` (the recorder has no `--config`: its options are its flags)."""
+    return _cli("record", *args)
+
+
 def start_server(job: ServeJob, config_file: Path, log: Path | None = None) -> subprocess.Popen:
     """`robotrl serve` of `job`, handed over in `config_file`; its output goes to `log`
     (None: its status lines are dropped, its warnings and errors shown)."""

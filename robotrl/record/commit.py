@@ -21,7 +21,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from robotrl.fsutil import fsync_file, replace_dir
+from robotrl.fsutil import fsync_file, read_json, replace_dir
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,20 @@ def recover(root: Path) -> bool:
         raise FileNotFoundError(f"{root}: committed files are missing: {', '.join(missing[:5])}")
     end_write(root)
     return repaired
+
+
+def saved_episodes(root: Path) -> int:
+    """Episodes of the dataset at `root` that survive a crash: while robotrl's marker says
+    it is writing, those of its last commit (an interrupted save is rolled back on resume),
+    else `meta/info.json`'s `total_episodes`; 0 when there is no dataset (yet)."""
+    info = root / "meta" / "info.json"
+    if (root / COMMIT_DIR / WRITING).is_file():
+        base = root / COMMIT_DIR
+        snapshot = base / "current" if (base / "current").is_dir() else base / "old"
+        info = snapshot / "meta__info.json"
+    data = read_json(info) or {}
+    total = data.get("total_episodes", 0)
+    return total if isinstance(total, int) else 0
 
 
 def _differs(root: Path, snapshot: Path, committed: set[str]) -> bool:

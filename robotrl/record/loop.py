@@ -39,6 +39,23 @@ class Session(Protocol):
     def step(self, target_rad: np.ndarray) -> Step: ...
 
 
+class RecordObserver(Protocol):
+    """Told what a recording does, as it does it (e.g. `robotrl.record.beacon.RecordBeacon`)."""
+
+    def on_episode_start(self, seed: int) -> None:
+        """An episode of `seed` starts (the scene is reset, nothing stored yet)."""
+        ...
+
+    def on_tick(self) -> None:
+        """One control tick ran (its frame stored, or a reset tick between episodes)."""
+        ...
+
+    def on_episode_end(self, saved: bool) -> None:
+        """The episode ended, saved to the dataset or discarded (it failed; a re-recorded
+        episode starts again instead)."""
+        ...
+
+
 @dataclass
 class EpisodeOutcome:
     frames: int
@@ -80,9 +97,11 @@ def record_episode(
     seed: int,
     max_ticks: int,
     disturbance: Disturbance | None = None,
+    observer: RecordObserver | None = None,
 ) -> EpisodeOutcome:
-    """Record one episode into `writer`'s buffer (the caller saves or discards it).
-    `disturbance`: offsets added to the teleop's targets before safety (DART)."""
+    """Record one episode into `writer`'s buffer (the caller saves or discards it and tells
+    `observer` the end). `disturbance`: offsets added to the teleop's targets before
+    safety (DART)."""
     wall_start = time.perf_counter()
     writer.prepare()
     overruns_before = session.overruns
@@ -90,6 +109,8 @@ def record_episode(
     teleop.reset(obs.state)
     if disturbance is not None:
         disturbance.reset(seed)
+    if observer is not None:
+        observer.on_episode_start(seed)
     t0_s = obs.state.timestamp_s
     ticks_start = time.perf_counter()
     frames, success, events = 0, False, None
@@ -102,6 +123,8 @@ def record_episode(
         step = session.step(cmd.target_rad if disturbance is None else cmd.target_rad + disturbance())
         writer.add_frame(make_frame(obs, step, cmd, t0_s, session.env_state_dim))
         frames += 1
+        if observer is not None:
+            observer.on_tick()
         success = step.success or events.success
         obs = step.obs
         if step.done or events.ends_episode:

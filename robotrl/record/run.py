@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from robotrl.core.errors import UserError
 from robotrl.hardware.teleop.base import TeleopDevice
 from robotrl.record.disturbance import Disturbance
-from robotrl.record.loop import Session, record_episode
+from robotrl.record.loop import RecordObserver, Session, record_episode
 from robotrl.record.writer import DatasetWriter
 
 
@@ -67,9 +67,12 @@ def record_dataset(
     *,
     progress=None,
     disturbance: Disturbance | None = None,
+    observer: RecordObserver | None = None,
 ) -> RecordSummary:
     """Record until `config.episodes` are saved (or a stop event). Failed episodes are
-    discarded unless `config.keep_failed`; a re-record event repeats the same seed."""
+    discarded unless `config.keep_failed`; a re-record event repeats the same seed.
+    `observer` is told every episode's start, ticks (resets included) and end (a
+    re-recorded one starts again instead)."""
     summary = RecordSummary()
     episodes, seed, max_ticks, keep_failed = config.episodes, config.seed, config.max_ticks, config.keep_failed
     max_attempts = config.max_attempts or 3 * episodes + 5
@@ -81,14 +84,15 @@ def record_dataset(
                 f"gave up after {max_attempts} attempts: only {summary.episodes_saved} "
                 f"of {episodes} episodes succeeded (use --keep-failed to store failures)"
             )
-        outcome = record_episode(session, teleop, writer, seed, max_ticks, disturbance)
+        outcome = record_episode(session, teleop, writer, seed, max_ticks, disturbance, observer)
         summary.overruns += outcome.overruns
         summary.loop_wall_s += outcome.wall_s
         if outcome.rerecord:
             summary.rerecorded += 1
             continue
         seed += 1
-        if outcome.frames == 0 or not (outcome.success or keep_failed):
+        saved = outcome.frames > 0 and (outcome.success or keep_failed)
+        if not saved:
             writer.discard_episode()
             summary.discarded_failures += outcome.frames > 0
         else:
@@ -99,16 +103,22 @@ def record_dataset(
             summary.ticks_wall_s += outcome.ticks_wall_s
             if progress is not None:
                 progress.update(1)
-            if not outcome.stop and summary.episodes_saved < episodes and reset_period(session, teleop, config):
-                break
+        if observer is not None:
+            observer.on_episode_end(saved)
+        more = saved and not outcome.stop and summary.episodes_saved < episodes
+        if more and reset_period(session, teleop, config, observer):
+            break
         if outcome.stop:
             break
     return summary
 
 
-def reset_period(session: Session, teleop: TeleopDevice, config: RecordConfig) -> bool:
+def reset_period(
+    session: Session, teleop: TeleopDevice, config: RecordConfig, observer: RecordObserver | None = None
+) -> bool:
     """`config.reset_ticks` ticks of teleop without recording, for a person to reset the
-    scene; an episode-ending event ends it early. True on a stop event."""
+    scene (each told to `observer`); an episode-ending event ends it early. True on a stop
+    event."""
     if config.reset_ticks == 0:
         return False
     obs = session.reset(config.seed)
@@ -118,4 +128,6 @@ def reset_period(session: Session, teleop: TeleopDevice, config: RecordConfig) -
         if cmd.events.ends_episode:
             return cmd.events.stop
         obs = session.step(cmd.target_rad).obs
+        if observer is not None:
+            observer.on_tick()
     return False

@@ -62,6 +62,8 @@ class Task(Protocol):
     max_ticks: int
     """Episode length limit at the 30 Hz control rate."""
     env_state_dim: int
+    instruction: str | None
+    """The instruction of every scene, or None when each scene names its own."""
 
     def build(self, spec: mujoco.MjSpec) -> None:
         """Add the task's objects to the arm's spec before it is compiled."""

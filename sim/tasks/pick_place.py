@@ -61,6 +61,8 @@ STALL_TICKS = 30
 
 class PickPlaceTask:
     name = "pick_place"
+    instruction = None
+    """None: each scene names its own cube (`reset` returns it)."""
     max_ticks = 300
     env_state_dim = 3 * len(COLORS) + 3
 

@@ -24,6 +24,8 @@ JUMP_TICKS = (20, 50)
 
 class ReachTask:
     name = "reach"
+    instruction = "touch the red ball"
+    """The instruction of every scene."""
     max_ticks = 150
     env_state_dim = 3
 
@@ -47,7 +49,7 @@ class ReachTask:
                 break
         self.jump_tick = int(rng.integers(JUMP_TICKS[0], JUMP_TICKS[1] + 1))
         self._place(robot)
-        return "touch the red ball"
+        return self.instruction
 
     def on_tick(self, robot: SimRobot, tick: int) -> None:
         if tick == self.jump_tick:

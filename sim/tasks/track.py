@@ -32,6 +32,8 @@ EXPERT_SPEED_M_S = 0.45
 
 class TrackTask:
     name = "track"
+    instruction = "follow the red ball"
+    """The instruction of every scene."""
     max_ticks = 180
     env_state_dim = 6
     """Ball position (m) and velocity (m/s), base frame."""
@@ -61,7 +63,7 @@ class TrackTask:
         self.tick = 0
         self._within = {}
         self._place(robot)
-        return "follow the red ball"
+        return self.instruction
 
     def ball_m(self, tick: float) -> np.ndarray:
         """(3,) ball position at `tick` (any real tick), metres."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -166,8 +167,9 @@ class Twin:
         """Start a new scene at the next tick (safe from a signal handler)."""
         self._reset_requested.set()
 
-    def run(self, stop: threading.Event) -> None:
-        """Tick at `rate_hz` until `stop` is set."""
+    def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
+        """Tick at `rate_hz` until `stop` is set; `on_tick` is called after every tick (a
+        heartbeat: it stops when the loop does)."""
         if self.publishers and self._renderer is None:  # GL contexts belong to the thread that renders
             specs = tuple(CameraSpec(p.name, *p.shape[:2]) for p in self.publishers)
             self._renderer = CameraRenderer(self.sim.model, specs)
@@ -184,6 +186,8 @@ class Twin:
                 next_frame_s = max(next_frame_s + frame_period_s, now_s)
                 for publisher, frame in zip(self.publishers, self._renderer.render(self.sim.sync()).values()):
                     publisher.update(frame)
+            if on_tick is not None:
+                on_tick()
             rate.sleep()
         if rate.overruns:
             log.info("twin: %d of its ticks overran the %g Hz period", rate.overruns, self.config.rate_hz)

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from robotrl.cli import main
 from robotrl.core.errors import ConfigError
-from robotrl.fleet import ROLES, check_devices, load_fleet
+from robotrl.fleet import ROLES, check_devices, load_fleet, parse_fleet
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.toml"
 
-ARM = '[robots.a]\nmodel = "so101"\ndriver = "sim"\nroles = ["recorder"]\n'
-REAL_ARM = '[robots.a]\nmodel = "so101"\ndriver = "lerobot"\nport = "/dev/ttyACM0"\nroles = ["recorder"]\n'
+ARM = '[robots.a]\nmodel = "so101"\ndriver = "sim"\nroles = ["recorder"]\nrecord = { dataset = "d" }\n'
+REAL_ARM = (
+    '[robots.a]\nmodel = "so101"\ndriver = "lerobot"\nport = "/dev/ttyACM0"\nroles = ["recorder"]\n'
+    'record = { dataset = "d", teleop = "gamepad" }\n'
+)
 GPU = '[gpus.box]\nroles = ["learner"]\n'
 
 
@@ -43,7 +47,7 @@ def test_example_fleet_parses():
     roles = fleet.assignments()
     assert set(roles) == set(ROLES)
     assert roles["learner"] == ("gpus.box",)
-    assert roles["deploy_client"] == ("robots.left_arm", "robots.sim_arm")
+    assert roles["deploy_client"] == ("robots.left_arm", "robots.twin_arm")
 
 
 BAD_FLEETS = [
@@ -53,7 +57,7 @@ BAD_FLEETS = [
     (ARM + 'prot = "/dev/ttyACM0"\n', "robots.a.prot: unknown key"),
     ('[robots.a]\ndriver = "sim"\nroles = ["recorder"]\n', "robots.a.model: missing"),
     (ARM.replace("so101", "so999"), "robots.a.model: 'so999' is not a known arm model (so100, so101)"),
-    (ARM.replace('"sim"', '"dynamixel"'), "robots.a.driver: 'dynamixel' is not a driver (lerobot, sim)"),
+    (ARM.replace('"sim"', '"dynamixel"'), "robots.a.driver: 'dynamixel' is not a driver (lerobot, sim, twin)"),
     (ARM.replace('"sim"', '"lerobot"'), "robots.a.port: missing"),
     (ARM + 'port = "/dev/ttyACM0"\n', "robots.a.port: only used with driver 'lerobot'"),
     (REAL_ARM.replace('"/dev/ttyACM0"', "3"), "robots.a.port: expected a device path, got 3"),
@@ -131,14 +135,14 @@ def test_check_devices_reports_permissions(tmp_path):
 def test_cli_shows_the_fleet_with_roles(capsys):
     assert main(["devices", "--fleet", str(EXAMPLE), "--max-cameras", "0"]) == 0
     out = capsys.readouterr().out
-    assert "left_arm" in out and "inference_server" in out and "robots.left_arm, robots.sim_arm" in out
+    assert "left_arm" in out and "inference_server" in out and "robots.left_arm, robots.twin_arm" in out
 
 
 def test_cli_fleet_json(capsys):
     assert main(["devices", "--json", "--fleet", str(EXAMPLE), "--max-cameras", "0"]) == 0
     fleet = json.loads(capsys.readouterr().out)["fleet"]
     assert fleet["roles"]["inference_server"] == ["gpus.box"]
-    assert [r["name"] for r in fleet["robots"]] == ["left_arm", "sim_arm"]
+    assert [r["name"] for r in fleet["robots"]] == ["left_arm", "twin_arm"]
 
 
 def test_cli_bad_fleet_exits_2_naming_the_field(tmp_path, capsys):
@@ -174,8 +178,11 @@ def test_a_fleet_robot_gives_the_arm_options_and_its_cameras_as_lerobot_configs(
     ((name, camera),) = parse_cameras(left["cameras"]).items()
     assert name == "front" and isinstance(camera, OpenCVCameraConfig)
     assert (camera.index_or_path, camera.width, camera.height, camera.fps) == (0, 640, 480, 30)
-    assert fleet.arm("sim_arm") == {"robot": "sim", "port": None, "robot_id": None, "cameras": None}
-    with pytest.raises(ConfigError, match=r"no robot 'right_arm' \(robots: left_arm, sim_arm\)"):
+    with pytest.raises(ConfigError, match=r"robots.twin_arm: a twin's buses exist only while it runs: `robotrl up`"):
+        fleet.arm("twin_arm")
+    sim = parse_fleet(tomllib.loads('[robots.s]\nmodel = "so101"\ndriver = "sim"\nroles = ["deploy_client"]\n'))
+    assert sim.arm("s") == {"robot": "sim", "port": None, "robot_id": None, "cameras": None}
+    with pytest.raises(ConfigError, match=r"no robot 'right_arm' \(robots: left_arm, twin_arm\)"):
         fleet.arm("right_arm")
     # The commands take it: record and deploy open the fleet's port (absent on this machine).
     fleet_args = ["--fleet", str(EXAMPLE), "--fleet-robot", "left_arm"]

@@ -45,6 +45,10 @@ BAD_BRINGUP = [
     (REAL + 'intervene = "scripted"\n', "robots.a.intervene: 'scripted' (the task's expert) is for driver 'sim'"),
     (SIM + 'intervene = "robot"\n', "robots.a.intervene: 'robot' is not one of none, scripted"),
     (SIM + "seed = -1\n", "robots.a.seed: must be at least 0, got -1"),
+    (SIM + "budget_ticks = -5\n", "robots.a.budget_ticks: must be at least 0, got -5"),
+    (SIM + 'intervene = "none"\ntaper_episodes = 30\n', "robots.a.taper_episodes: only for intervene 'scripted'"),
+    (REAL + "budget_ticks = 50\n", "robots.a.budget_ticks: only for intervene 'scripted' on driver 'sim'"),
+    (LEARN + "online_ratio = 1.5\n", "learn.online_ratio: expected a number in [0, 1], got 1.5"),
     (SIM + 'curve_keys = ""\n', "robots.a.curve_keys: must not be empty"),
     (SIM + 'learner_keys = "k"\n' + LEARN, "robots.a.learner_keys: only for a robot with the 'actor' role"),
     (
@@ -79,6 +83,11 @@ BAD_BRINGUP = [
     "text, message", BAD_BRINGUP, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD_BRINGUP)]
 )
 def test_bad_bringup_field_is_named(text, message):
+    names_the_field(text, message)
+
+
+def names_the_field(text: str, message: str) -> None:
+    """Parsing the fleet file `text` fails with one line naming the file and `message`."""
     with pytest.raises(ConfigError) as info:
         parse_fleet(tomllib.loads(text), "f.toml")
     assert str(info.value).startswith("f.toml: ")
@@ -112,7 +121,8 @@ def test_plan_wires_every_role_from_the_fleet_file(tmp_path, tiny_flow):
     tiny_flow(cameras=()).save(tmp_path / "ckpt")
     text = REAL.replace("[robots.a]", "[robots.arm]") + 'id = "f1"\ntask = "stack the cups"\nepisodes = 5\n'
     text += '[cameras.front]\nindex = 3\nrobot = "arm"\n' + ACTOR.replace("[robots.a]", "[robots.sim1]")
-    text += f'[serve]\npolicy = "{tmp_path / "ckpt"}"\n[learn]\nalgo = "sac"\n'
+    text += "budget_ticks = 90\ntaper_episodes = 12\n"
+    text += f'[serve]\npolicy = "{tmp_path / "ckpt"}"\n[learn]\nalgo = "sac"\nonline_ratio = 0.25\n'
     text += '[gpus.box]\nindex = 2\nroles = ["inference_server"]\n'
     bringup = _plan(tmp_path, text)
     assert [r.name for r in bringup.roles] == ["learn", "serve", "robots.arm", "robots.sim1"]
@@ -129,6 +139,7 @@ def test_plan_wires_every_role_from_the_fleet_file(tmp_path, tiny_flow):
     assert job["server"] == bringup.endpoints["serve"] and job["intervention"]["who"] == "none"
     job = json.loads(Path(sim.launch.command(0)[-1]).read_text())
     assert job["transitions"] == bringup.endpoints["transitions"] and job["intervention"]["who"] == "scripted"
+    assert (job["intervention"]["budget_ticks"], job["intervention"]["taper_episodes"]) == (90, 12)
     assert job["arm"]["robot_id"] == "sim1" and job["seed"] == 100_000  # the second arm's seeds
     assert job["log"].endswith("robots/sim1/episodes.0.csv")
     served = tmp_path / "run" / "learner" / "served" / "config.json"
@@ -136,6 +147,7 @@ def test_plan_wires_every_role_from_the_fleet_file(tmp_path, tiny_flow):
     served.write_text("{}")
     learner = json.loads(Path(learn.launch.command(1)[-1]).read_text())
     assert learner["resume"] is True and learner["algo"] == "sac" and not served.exists()  # a restart resumes
+    assert learner["online_ratio"] == 0.25
     for role in bringup.roles:
         role.probe.close()
 
@@ -197,6 +209,14 @@ def _wait(path: Path, proc: subprocess.Popen, ok, timeout_s: float, what: str) -
             return status
         time.sleep(0.1)
     raise AssertionError(f"no {what} within {timeout_s} s; last status: {json.dumps(_status(path), indent=1)}")
+
+
+def _stop(up: subprocess.Popen, log) -> None:
+    """Kill what is left of a `robotrl up` started in its own session, close its log."""
+    if up.poll() is None:
+        os.killpg(up.pid, signal.SIGKILL)
+        up.wait()
+    log.close()
 
 
 def _alive(pid: int) -> bool:
@@ -289,10 +309,7 @@ def test_up_runs_the_sim_fleet_restarts_a_killed_actor_and_stops_cleanly(tmp_pat
         assert up.wait(timeout=60) == 0
         stop_s = time.monotonic() - stopping
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
-        log.close()
+        _stop(up, log)
     print(f"stopped in {stop_s:.2f} s")
     assert stop_s < 30
     final = _status(status_file)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_up import _alive, _status, _wait  # the one-machine test's status helpers
+from test_up import _alive, _status, _stop, _wait  # the one-machine test's status helpers
 
 from robotrl.bringup.host import NodeClockProbe
 from robotrl.bringup.ray_cluster import RoleResources, role_resources
@@ -263,10 +263,7 @@ def test_up_ray_places_roles_by_resource_and_restarts_a_killed_actor(tmp_path, t
         assert up.wait(timeout=180) == 0  # both arms ran their episodes; the rest stopped
         total_s = time.monotonic() - started
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
-        log.close()
+        _stop(up, log)
     final = _status(status_file)
     states = {name: r["state"] for name, r in final["roles"].items()}
     assert states == {"learn": "stopped", "serve": "stopped", "robots.left": "done", "robots.right": "done"}
