@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 from pathlib import Path
 
 from robotrl.commands.flags import add_field, add_fleet_arguments, apply_fleet
 from robotrl.core.errors import UserError
 from robotrl.record.run import RecordConfig
-from robotrl.record.teleop import TELEOPS, TeleopConfig, make_teleop
+from robotrl.record.teleop import TELEOPS, StopOnSignal, TeleopConfig, make_teleop
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -156,9 +158,11 @@ def _record(args: argparse.Namespace, session) -> tuple:
     joints = JointConvention(RADIANS if args.robot == "sim" else LEROBOT, session.spec.name)
     features = dataset_features(session.spec, joints, session.env_state_dim)
     writer = DatasetWriter(args.root, features, args.fps, joints, resume=args.resume, repo_id=args.repo_id)
-    teleop = make_teleop(teleop_config(args.teleop, args), session)
+    stop = threading.Event()  # Ctrl-C / SIGTERM: end the episode in progress as a stop key does, then exit
+    teleop = StopOnSignal(make_teleop(teleop_config(args.teleop, args), session), stop)
     teleop.connect()
     before = writer.num_episodes
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with tqdm(total=args.episodes, desc="recording", unit="ep") as bar:
             config = RecordConfig(
@@ -173,6 +177,8 @@ def _record(args: argparse.Namespace, session) -> tuple:
                 session, teleop, writer, config, progress=bar, disturbance=disturbance, observer=beacon
             )
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         writer.close()
         teleop.disconnect()
     return summary, before, writer.num_episodes, writer

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from robotrl.core.errors import UserError
+from robotrl.core.robot import RobotState
 from robotrl.hardware.safety import SafeRobot
-from robotrl.hardware.teleop.base import TeleopDevice
+from robotrl.hardware.teleop.base import TeleopCommand, TeleopDevice
 from robotrl.record.loop import Session
 
 TELEOPS = ("expert", "keyboard", "gamepad", "leader", "replay")
@@ -66,3 +68,29 @@ def make_teleop(cfg: TeleopConfig, session: Session | SafeRobot) -> TeleopDevice
     from robotrl.hardware.teleop.gamepad import GamepadTeleop, PygameAxes
 
     return GamepadTeleop(kinematics, PygameAxes())
+
+
+class StopOnSignal:
+    """`device`, plus a stop event (`TeleopEvents.stop`: the episode in progress ends at
+    this tick and is kept or discarded as a stop key's would be, then recording ends) on
+    every tick after `stop` is set, e.g. by `robotrl record`'s SIGTERM / SIGINT handler, so
+    a supervisor stopping the recorder (`robotrl up`) loses no saved episode and no
+    half-written one."""
+
+    def __init__(self, device: TeleopDevice, stop: threading.Event) -> None:
+        self.device, self.stop = device, stop
+
+    def connect(self) -> None:
+        self.device.connect()
+
+    def disconnect(self) -> None:
+        self.device.disconnect()
+
+    def reset(self, state: RobotState) -> None:
+        self.device.reset(state)
+
+    def read(self, state: RobotState) -> TeleopCommand:
+        cmd = self.device.read(state)
+        if self.stop.is_set():
+            cmd = replace(cmd, events=replace(cmd.events, stop=True))
+        return cmd

@@ -433,3 +433,55 @@ def test_a_finished_recording_is_packed_into_lerobots_files_and_resumes(tmp_path
 
 def torch_equal(a, b) -> bool:
     return bool((a == b).all())
+
+
+def test_sigterm_ends_the_episode_in_progress_and_exits_cleanly(tmp_path):
+    # `robotrl up` stops a recorder with SIGTERM: it ends the episode in progress as a stop
+    # key does (kept with --keep-failed), saves and packs the dataset, exits 0
+    root, beacon = tmp_path / "ds", tmp_path / "beacon.json"
+    cmd = [sys.executable, "-m", "robotrl.cli", "record", "--task", "reach", "--episodes", "50", "--root", str(root)]
+    cmd += ["--cameras", "", "--realtime", "--keep-failed", "--beacon", str(beacon)]
+    proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while (json.loads(beacon.read_text()) if beacon.exists() else {}).get("episodes", 0) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "the recorder never saved two episodes"
+            time.sleep(0.05)
+        time.sleep(0.5)  # inside the next episode
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    saved = load(root).num_episodes  # finalized: lerobot loads it
+    assert 3 <= saved < 50  # the two before, the one in progress kept, no more
+    assert sorted(episode_actions(root)) == list(range(saved))
+
+
+def test_a_stop_signal_becomes_a_stop_event_on_the_next_tick():
+    import threading
+
+    from robotrl.record.teleop import StopOnSignal
+
+    class Device:
+        connected = False
+
+        def connect(self):
+            self.connected = True
+
+        def disconnect(self):
+            self.connected = False
+
+        def reset(self, state):
+            pass
+
+        def read(self, state):
+            return TeleopCommand(np.full(6, 0.25), TeleopEvents(intervene=True))
+
+    stop = threading.Event()
+    teleop = StopOnSignal(Device(), stop)
+    teleop.connect()
+    assert teleop.device.connected and teleop.read(None).events == TeleopEvents(intervene=True)
+    stop.set()
+    cmd = teleop.read(None)
+    assert cmd.events == TeleopEvents(intervene=True, stop=True) and cmd.events.ends_episode
+    np.testing.assert_array_equal(cmd.target_rad, np.full(6, 0.25))  # the device's target, untouched
