@@ -1,6 +1,7 @@
 """Durable file system steps: fsync a file or a folder, swap a folder in atomically; and
 `replace_json` / `read_json`, a small file rewritten atomically for readers in other
-processes.
+processes, and `HeartbeatFile` / `heartbeat_s`, such a file kept up to date by a running
+process.
 
 A rename is only durable once the folder that holds it is fsynced, and a file's bytes
 only once the file is; the crash-safe writers (buffer segments, learner checkpoints,
@@ -10,8 +11,11 @@ dataset commits) are built from these steps.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -67,3 +71,29 @@ def read_json(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+class HeartbeatFile:
+    """A JSON file another process watches (`robotrl up`'s probes): every `write` replaces it
+    atomically with the caller's data plus `pid`, `monotonic_s` (CLOCK_MONOTONIC, one clock
+    for every process of a Linux machine, so a reader tells a stalled writer by its age)
+    and `time_s`; `due()` says whether `every_s` seconds have passed since the last write."""
+
+    def __init__(self, path: Path, every_s: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.every_s, self.clock = Path(path), every_s, clock
+        self.written_s = -math.inf
+
+    def due(self) -> bool:
+        return self.clock() - self.written_s >= self.every_s
+
+    def write(self, data: dict, now: float | None = None) -> None:
+        """Replace the file; `now`: the writer's clock reading its data was taken at."""
+        now = self.clock() if now is None else now
+        replace_json(self.path, {"pid": os.getpid(), "monotonic_s": now, "time_s": time.time(), **data})
+        self.written_s = now
+
+
+def heartbeat_s(data: dict) -> float | None:
+    """The `monotonic_s` of a `HeartbeatFile`'s data, None when there is none."""
+    seen = data.get("monotonic_s")
+    return float(seen) if isinstance(seen, (int, float)) and not isinstance(seen, bool) else None

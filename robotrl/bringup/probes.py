@@ -31,7 +31,7 @@ from typing import Protocol
 
 from robotrl.core.errors import WireError
 from robotrl.core.health import LEARNER_HEALTH_FILE, arm_report, intervention_rate
-from robotrl.fsutil import read_json
+from robotrl.fsutil import heartbeat_s, read_json
 from robotrl.learn.beacon import read_beacon
 from robotrl.record.commit import saved_episodes
 from robotrl.wire.client import ClientSocket
@@ -218,8 +218,7 @@ class BeaconProbe:
             "first_chunk_monotonic_s": first,
             **arm_report(data, self.clock()),
         }
-        seen = data.get("monotonic_s")
-        return (float(seen) if isinstance(seen, (int, float)) else None), report
+        return heartbeat_s(data), report
 
     def close(self) -> None:
         pass
@@ -234,9 +233,8 @@ class TwinProbe:
 
     def check(self) -> tuple[float | None, dict]:
         data = read_json(self.info) or {}
-        seen = data.get("monotonic_s")
         report = {"follower_port": data.get("follower_port"), "seed": data.get("seed")}
-        return (float(seen) if isinstance(seen, (int, float)) else None), report
+        return heartbeat_s(data), report
 
     def close(self) -> None:
         pass
@@ -261,8 +259,7 @@ class RecorderProbe:
             "seed": data.get("seed"),
             "control_rate_hz": data.get("control_rate_hz", 0.0),
         }
-        seen = data.get("monotonic_s")
-        return (float(seen) if isinstance(seen, (int, float)) else None), report
+        return heartbeat_s(data), report
 
     def close(self) -> None:
         pass

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from robotrl.commands.flags import add_field
 from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
-from robotrl.fsutil import replace_json
+from robotrl.fsutil import HeartbeatFile
 from robotrl.sim.twin.calibration import FOLLOWER_FOLDER
 from robotrl.sim.twin.twin import Twin, TwinConfig, TwinInfo
 
@@ -115,19 +113,15 @@ class InfoFile:
     most every `every_s` seconds: a reader tells a stalled twin by the age of `monotonic_s`."""
 
     def __init__(self, path: Path, twin: Twin, every_s: float = 0.5) -> None:
-        self.path, self.twin, self.every_s = path, twin, every_s
+        self.twin, self.file = twin, HeartbeatFile(path, every_s)
         info = twin.info
         follower = Path(info.calibration_dir) / FOLLOWER_FOLDER
         self.info = {**info.as_dict(), "follower_calibration_dir": str(follower)}
-        self._written_s = -every_s
         self()
 
     def __call__(self) -> None:
-        now = time.monotonic()
-        if now - self._written_s < self.every_s:
-            return
-        replace_json(self.path, {**self.info, "pid": os.getpid(), "monotonic_s": now, "seed": self.twin.seed})
-        self._written_s = now
+        if self.file.due():
+            self.file.write({**self.info, "seed": self.twin.seed})
 
 
 def _announce(info: TwinInfo, as_json: bool) -> None:

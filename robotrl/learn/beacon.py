@@ -18,14 +18,12 @@ Robot side: no torch, no mujoco.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from robotrl.core.health import ArmHealth, rate_per_s, to_stamps
-from robotrl.fsutil import read_json, replace_json
+from robotrl.fsutil import HeartbeatFile, read_json
 from robotrl.inference.runner import EpisodeResult, TickEvent
 
 log = logging.getLogger(__name__)
@@ -54,6 +52,7 @@ class Beacon:
         health: Callable[[], ArmHealth] | None = None,
     ) -> None:
         self.path, self.robot_id, self.every_s, self.clock = Path(path), robot_id, every_s, clock
+        self.file = HeartbeatFile(self.path, every_s, clock)
         self.health = health
         self.arm: dict = {}
         """The arm's health as last written (`ArmStamps`)."""
@@ -62,7 +61,6 @@ class Beacon:
         self.seed: int | None = None
         self.version = -1
         self.first_chunk_s: float | None = None
-        self._written_s = -math.inf
         self._rate_from = (clock(), 0)
         self.control_rate_hz = 0.0
         self.write()
@@ -82,7 +80,7 @@ class Beacon:
         if self.first_chunk_s is None and record.chunk_id >= 0:
             self.first_chunk_s = self.clock()
             self.write()
-        elif self.clock() - self._written_s >= self.every_s:
+        elif self.file.due():
             self.write()
 
     def on_episode_end(self, result: EpisodeResult) -> None:
@@ -102,9 +100,6 @@ class Beacon:
         self._read_health(now)
         data = {
             "robot_id": self.robot_id,
-            "pid": os.getpid(),
-            "monotonic_s": now,
-            "time_s": time.time(),
             "episodes": self.episodes,
             "successes": self.successes,
             "seed": self.seed,
@@ -117,8 +112,7 @@ class Beacon:
             "first_chunk_monotonic_s": self.first_chunk_s,
             **self.arm,
         }
-        replace_json(self.path, data)
-        self._written_s = now
+        self.file.write(data, now)
 
     def _read_health(self, now: float) -> None:
         """`self.arm` from `health()` taken at `now`; unchanged when that fails."""

@@ -12,13 +12,12 @@ machine, as the actor's beacon (`robotrl.learn.beacon`).
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from robotrl.core.health import rate_per_s
-from robotrl.fsutil import replace_json
+from robotrl.fsutil import HeartbeatFile
 
 BEACON_EVERY_S = 0.5
 """Longest time between two writes while the loop ticks, seconds."""
@@ -32,12 +31,13 @@ class RecordBeacon:
     rate on a stepped simulated arm)."""
 
     def __init__(self, path: Path, *, every_s: float = BEACON_EVERY_S, clock: Callable[[], float] = time.monotonic):
-        self.path, self.every_s, self.clock = Path(path), every_s, clock
+        self.path, self.clock = Path(path), clock
+        self.file = HeartbeatFile(self.path, every_s, clock)
         self.episodes = self.discarded = self.frames = self.ticks = 0
         self.seed: int | None = None
         self.control_rate_hz = 0.0
         self._episode_ticks = 0
-        self._episode_start_s = self._written_s = -math.inf
+        self._episode_start_s = -math.inf
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def on_episode_start(self, seed: int) -> None:
@@ -49,7 +49,7 @@ class RecordBeacon:
         self.ticks += 1
         self._episode_ticks += 1
         self.control_rate_hz = rate_per_s(0, self._episode_ticks, now - self._episode_start_s)
-        if now - self._written_s >= self.every_s:
+        if self.file.due():
             self.write()
 
     def on_episode_end(self, saved: bool) -> None:
@@ -62,11 +62,7 @@ class RecordBeacon:
 
     def write(self) -> None:
         """Rewrite the file now."""
-        now = self.clock()
         data = {
-            "pid": os.getpid(),
-            "monotonic_s": now,
-            "time_s": time.time(),
             "episodes": self.episodes,
             "discarded": self.discarded,
             "frames": self.frames,
@@ -74,5 +70,4 @@ class RecordBeacon:
             "seed": self.seed,
             "control_rate_hz": round(self.control_rate_hz, 2),
         }
-        replace_json(self.path, data)
-        self._written_s = now
+        self.file.write(data)
