@@ -395,10 +395,10 @@ def _twin_role(robot: RobotEntry, k: int, run: Path, host: RoleHost | None) -> R
 def _twin_arm(fleet: Fleet, robot: RobotEntry, folder: Path) -> ArmConfig:
     """The arm of a driver-"twin" robot: an so101 whose bus, cameras and calibration come from
     its twin's info file; told the robot's instruction, else its scene's."""
-    from robotrl.sim.tasks import make_task
+    from robotrl.sim.tasks import TASKS
 
     scene = robot.task or ArmConfig().task
-    instruction = robot.instruction or make_task(scene).instruction
+    instruction = robot.instruction or TASKS[scene].instruction
     if instruction is None:
         raise _fail(fleet, f"robots.{robot.name}.instruction", f"missing; each {scene} scene names a new object")
     return ArmConfig("so101", instruction, robot_id=robot.name, twin_info=str(folder / TwinLaunch.INFO))

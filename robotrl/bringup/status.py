@@ -27,6 +27,8 @@ def write_status(path: Path, status: dict) -> None:
 
 
 HEADERS = ("role", "state", "pid", "restarts", "uptime", "quiet", "reports")
+ENDED = ("done", "stopped")
+"""Role states after its process ended on purpose: its arm and cameras are not marked down."""
 
 
 def status_table(status: dict) -> str:
@@ -41,9 +43,12 @@ def status_table(status: dict) -> str:
     for name, role in status["roles"].items():
         quiet = "-" if role["quiet_s"] is None else f"{role['quiet_s']:.1f} s"
         kind = "recorder" if role.get("role") == "recorder" else role["kind"]
-        uptime, text = f"{role['uptime_s']:.0f} s", report_text(kind, role["report"])
+        ended = role["state"] in ENDED  # its arm and cameras are not expected to answer
+        uptime, text = f"{role['uptime_s']:.0f} s", report_text(kind, role["report"], ended)
         rows.append((name, role["state"], role["pid"] or "-", role["restarts"], uptime, quiet, text))
-        rows += [(label, state, "", "", "", "", text) for label, state, text in sub_rows(role["report"])]
+        rows += [
+            (label, "" if ended else state, "", "", "", "", text) for label, state, text in sub_rows(role["report"])
+        ]
     return head + "\n" + format_table(HEADERS, rows)
 
 
@@ -58,9 +63,10 @@ def sub_rows(report: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
-def report_text(kind: str, report: dict) -> str:
+def report_text(kind: str, report: dict, ended: bool = False) -> str:
     """One short line of what a role of `kind` (a role kind, or "recorder") reports ("-":
-    not reported, e.g. a simulated arm's motor temperatures)."""
+    not reported, e.g. a simulated arm's motor temperatures); `ended`: its process ended
+    on purpose, so a quiet arm is not marked down."""
     if not report:
         return ""
     if kind == "server":
@@ -87,7 +93,7 @@ def report_text(kind: str, report: dict) -> str:
             f"frames {report.get('frames', 0)}  discarded {report.get('discarded', 0)}  "
             f"seed {_f(report.get('seed'), 'd')}  {report.get('control_rate_hz', 0.0):.0f} Hz"
         )
-    down = "ARM DOWN: " if report.get("arm_state") == "down" else ""
+    down = "ARM DOWN: " if report.get("arm_state") == "down" and not ended else ""
     return down + (
         f"episodes {report.get('episodes', 0)}/{report.get('episodes_planned', '?')}  "
         f"successes {report.get('successes', 0)}  {report.get('control_rate_hz', 0.0):.0f} Hz  "

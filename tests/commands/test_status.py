@@ -100,6 +100,9 @@ def test_an_arm_that_stopped_commanding_is_marked_down_in_its_row():
     report.update(arm_report({"last_command_monotonic_s": 97.0, "cameras": {}}, 100.0))
     row = next(line for line in status_table(status).splitlines() if line.startswith("robots.sim"))
     assert "ARM DOWN: episodes 3/10" in row and "command age 3.00 s" in row
+    status["roles"]["robots.sim"]["state"] = "done"  # its episodes all ran: not down, only quiet
+    row = next(line for line in status_table(status).splitlines() if line.startswith("robots.sim"))
+    assert "ARM DOWN" not in row and "episodes 3/10" in row and "command age 3.00 s" in row
 
 
 def test_off_a_terminal_a_camera_going_down_prints_a_new_table():
