@@ -182,6 +182,11 @@ class HilFlowConfig:
     decay * ema + (1 - decay) * weights after every update (0: serve the raw weights).
     Raw weights under a constant learning rate jitter from update to update, and the arm
     would execute consecutive chunks from differently jittered policies."""
+    freeze_encoder: bool = False
+    """Train the fast pathway only: the slow pathway (camera CNNs, text encoder) stays as
+    behaviour cloning left it, as HIL-SERL keeps its image encoder frozen. An image
+    policy's update then skips the backward pass through its CNNs (two 96 px cameras, 2
+    CPU threads: 0.041 s instead of 0.092 s per update of 32, measured)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.flow_samples < 1:
@@ -226,7 +231,10 @@ class HilFlow:
         """Where the flow trains; batches are moved here, random draws stay on the CPU."""
         self.policy = policy.to(device)
         self.model = policy.model
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        if config.freeze_encoder:
+            self.model.slow.requires_grad_(False)
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
         self.ema = self._policy_copy(self.model)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -360,6 +360,23 @@ def test_hil_flow_serves_the_moving_average_of_its_weights():
         torch.testing.assert_close(v, raw.model.state_dict()[k])
 
 
+def test_hil_flow_frozen_encoder_trains_the_fast_pathway_only():
+    spec = TransitionSpec(6, 6, {"front": (24, 24)}, 3)
+    config = HilFlowConfig(batch_size=16, lr=3e-3, flow_samples=2, freeze_encoder=True)
+    algo = HilFlow(spec, tiny_flow(), config, seed=0)
+    slow = {k: v.clone() for k, v in algo.model.slow.state_dict().items()}
+    expert = {k: v.clone() for k, v in algo.model.expert.state_dict().items()}
+    buffer, rng = ChunkBuffer(), np.random.default_rng(0)
+    first = algo.update(buffer, 0, rng)["loss_flow"]
+    losses = [algo.update(buffer, 0, rng)["loss_flow"] for _ in range(60)]
+    assert np.mean(losses[-5:]) < 0.7 * first, (first, losses[-5:])
+    for k, v in algo.model.slow.state_dict().items():  # the cameras' CNN and the text encoder as they were
+        assert torch.equal(v, slow[k]), k
+    assert sum(not torch.equal(v, expert[k]) for k, v in algo.model.expert.state_dict().items()) > 0
+    optimized = sum(p.numel() for g in algo.optimizer.param_groups for p in g["params"])
+    assert optimized == algo.model.num_parameters - sum(p.numel() for p in algo.model.slow.parameters())
+
+
 def test_dsrl_shapes_noise_range_and_critic_learning():
     spec = TransitionSpec(6, 6, {"front": (24, 24)}, 3)
     algo = Dsrl(
