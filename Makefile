@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@PY312=$$(scripts/find-python312); \
 	  test -x $(PY) || $$PY312 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --retries 10 --resume-retries 10 -e '.[test]'  # torch is 530 MB: resume a cut download
 	@touch $(STAMP)
 
 demo: $(STAMP)
