@@ -22,7 +22,7 @@ def readme_commands() -> list[str]:
 
 
 def parse(command_line: str) -> argparse.Namespace:
-    """The command's own parser applied to the line ($VARS and ~ stand for a word)."""
+    """The command's own parser applied to the line (each $VAR stands for one word)."""
     words = shlex.split(re.sub(r"\$\w+", "x", command_line), comments=True)
     name, rest = words[1], words[2:]
     module = importlib.import_module(f"robotrl.commands.{name}")
