@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from robotrl.core.clock import Clock, SimClock, WallClock
+from robotrl.core.clock import Clock, PacedSimClock, SimClock, WallClock
 from robotrl.core.errors import UserError
 from robotrl.core.robot import CameraSpec
 from robotrl.core.task import Task
@@ -88,9 +88,12 @@ class OpenArm:
         self.robot.disconnect()
 
 
-def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> OpenArm:
+def open_arm(
+    config: ArmConfig, server_info: dict, *, stepped: bool = False, stepped_speed: float | None = None
+) -> OpenArm:
     """Connect the arm of `config` with the cameras the served policy reads
-    (`server_info`: the server's hello reply). `stepped`: a simulated arm on a `SimClock`."""
+    (`server_info`: the server's hello reply). `stepped`: a simulated arm on a `SimClock`,
+    as fast as the work allows, or paced at `stepped_speed` x real time (`PacedSimClock`)."""
     if server_info.get("env_state_dim") and not config.simulated:
         raise UserError(
             "this policy reads privileged simulation state (trained with --env-state); it cannot drive a real arm"
@@ -100,7 +103,8 @@ def open_arm(config: ArmConfig, server_info: dict, *, stepped: bool = False) -> 
 
         size = int(server_info.get("image_size_px") or 0)
         cameras = tuple(CameraSpec(name, size, size) for name in server_info.get("cameras", ()))
-        env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=SimClock() if stepped else WallClock())
+        clock = WallClock() if not stepped else SimClock() if stepped_speed is None else PacedSimClock(stepped_speed)
+        env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=clock)
         try:
             check_control_rate(server_info, env.spec.control_rate_hz)
         except UserError:

@@ -31,15 +31,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="folder with this robot's client.key_secret and the learner's server.key: encrypt the transitions (CURVE)",
     )
+    add_stepped_arguments(parser)
+    parser.add_argument("--actor-log", type=Path, help="CSV file: one row per episode (success, interventions, ...)")
+    add_intervention_arguments(parser)
+
+
+def add_stepped_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stepped-delay",
         type=int,
         metavar="D",
         help="sim: a simulated clock, each chunk taken in exactly D ticks after its request "
-        "(faster than real time, reproducible); default: wall clock",
+        "(faster than real time, reproducible); default: 30 Hz wall clock",
     )
-    parser.add_argument("--actor-log", type=Path, help="CSV file: one row per episode (success, interventions, ...)")
-    add_intervention_arguments(parser)
+    parser.add_argument(
+        "--stepped-speed",
+        type=float,
+        metavar="X",
+        help="with --stepped-delay: run at most X times real time (0 < X <= 1; slow motion, so a learner "
+        "here gets 1/X the wall time per episode, as one 1/X times faster would); default: as fast as it can",
+    )
 
 
 def add_intervention_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             args.seed,
             args.max_seconds,
             args.stepped_delay,
+            args.stepped_speed,
             args.actor_log,
             args.curve_keys,
             args.learner_keys,

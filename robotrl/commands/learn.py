@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from robotrl.commands.actor import add_intervention_arguments, intervention_config
+from robotrl.commands.actor import add_intervention_arguments, add_stepped_arguments, intervention_config
 from robotrl.commands.arm_options import add_arm_arguments, arm_config, executor_config
 from robotrl.commands.learner import add_learning_arguments, learner_job
 from robotrl.core.errors import UserError
@@ -31,13 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--actors", type=int, default=1, help="simulated arms in parallel (default: 1)")
-    parser.add_argument(
-        "--stepped-delay",
-        type=int,
-        metavar="D",
-        help="a simulated clock, each chunk taken in exactly D ticks after its request "
-        "(faster than real time, reproducible); default: 30 Hz wall clock",
-    )
+    add_stepped_arguments(parser)
     parser.add_argument(
         "--baseline-csv", type=Path, help="actors.csv of a run without learning, drawn next to the curve"
     )
@@ -64,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
         args.max_seconds,
         args.stepped_delay,
+        args.stepped_speed,
     )
     procs: list[subprocess.Popen] = []
     try:

@@ -72,6 +72,9 @@ class ActorJob:
     """Longest episode."""
     stepped_delay: int | None = None
     """sim: a simulated clock, each chunk taken in exactly this many ticks after its request."""
+    stepped_speed: float | None = None
+    """stepped: run no faster than this fraction of real time (slow motion: a learner on
+    this machine gets 1 / speed times the wall time per episode); None: as fast as it can."""
     log: Path | None = None
     """CSV file: one row per episode."""
     curve_keys: Path | None = None
@@ -87,6 +90,8 @@ class ActorJob:
     def __post_init__(self) -> None:
         if not self.arm.simulated and (self.intervention.who == "scripted" or self.stepped_delay is not None):
             raise UserError("scripted interventions and --stepped-delay are for simulated arms (--robot sim)")
+        if self.stepped_speed is not None and (self.stepped_delay is None or not 0 < self.stepped_speed <= 1):
+            raise UserError("--stepped-speed needs --stepped-delay and a speed in (0, 1] (a fraction of real time)")
         if self.episodes < 1 or self.max_seconds <= 0:
             raise UserError("an actor needs episodes >= 1 and max_seconds > 0")
 
@@ -134,7 +139,7 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
         client = ClientSocket(job.server, robot_id=job.arm.name, curve=curve_keys(job.curve_keys))
         stack.callback(client.close)
         info = client.connect(timeout_s=CONNECT_TIMEOUT_S)
-        arm = open_arm(job.arm, info, stepped=job.stepped_delay is not None)
+        arm = open_arm(job.arm, info, stepped=job.stepped_delay is not None, stepped_speed=job.stepped_speed)
         stack.callback(arm.close)
         intervener, device = make_intervener(job.intervention, arm)
         if device is not None:
