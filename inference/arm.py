@@ -103,7 +103,9 @@ def open_arm(
 
         size = int(server_info.get("image_size_px") or 0)
         cameras = tuple(CameraSpec(name, size, size) for name in server_info.get("cameras", ()))
-        clock = WallClock() if not stepped else SimClock() if stepped_speed is None else PacedSimClock(stepped_speed)
+        clock = WallClock()
+        if stepped:
+            clock = SimClock() if stepped_speed is None else PacedSimClock(stepped_speed)
         env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=clock)
         try:
             check_control_rate(server_info, env.spec.control_rate_hz)
