@@ -1,7 +1,9 @@
 """Crash-safe commits of a LeRobotDataset folder.
 
 lerobot writes every episode into new data/video/metadata files, but rewrites
-`meta/info.json`, `meta/stats.json` and `meta/tasks.parquet` in place, non-atomically.
+`meta/info.json`, `meta/stats.json` and `meta/tasks.parquet` in place, non-atomically,
+and robotrl merges the episodes' metadata into the first metadata file after each episode
+(`robotrl.record.pack.merge_episode_meta`).
 After each saved episode we therefore store a commit: copies of those files plus the list
 of every file in the dataset, written to a temporary folder, fsynced and renamed into
 place. A marker (`begin_write`) says robotrl is writing: from opening the dataset for an
@@ -28,7 +30,9 @@ log = logging.getLogger(__name__)
 COMMIT_DIR = ".robotrl_commit"
 WRITING = "writing"
 """Marker file in COMMIT_DIR while robotrl has uncommitted writes in the dataset."""
-MUTABLE = ("meta/info.json", "meta/stats.json", "meta/tasks.parquet")
+EPISODE_META = "meta/episodes/chunk-000/file-000.parquet"
+"""The first episode-metadata file: every episode's row once `merge_episode_meta` ran."""
+MUTABLE = ("meta/info.json", "meta/stats.json", "meta/tasks.parquet", EPISODE_META)
 
 
 def _dataset_files(root: Path) -> list[str]:

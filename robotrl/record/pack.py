@@ -8,6 +8,12 @@ crash. `pack` gives the finished dataset lerobot's layout: lerobot's own aggrega
 it beside itself with the episodes concatenated (videos remuxed, not re-encoded), the copy
 is checked (same episodes and frames), fsynced and committed, and swapped in with
 `replace_dir`, so a crash while packing leaves the unpacked dataset or the packed one.
+
+The episodes' metadata is merged after every episode instead (`merge_episode_meta`):
+re-opening a dataset for the next episode reads all of it, one `datasets` load per file,
+so with a file per episode each episode took longer to start than the last (measured: 2.7
+s per 3 s episode at the start of a 600-episode recording, 14 s at its end, 85% of it
+reading metadata).
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from robotrl.fsutil import fsync_file, replace_dir
-from robotrl.record.commit import COMMIT_DIR, commit
+from robotrl.fsutil import fsync_dir, fsync_file, replace_dir
+from robotrl.record.commit import COMMIT_DIR, EPISODE_META, commit
 
 
 def data_files(root: Path) -> list[Path]:
@@ -68,3 +74,33 @@ def fix_episode_meta_indices(root: Path) -> None:
             continue
         table["meta/episodes/chunk_index"], table["meta/episodes/file_index"] = chunk, file
         table.to_parquet(path, index=False)
+
+
+def merge_episode_meta(root: Path) -> None:
+    """Rewrite `meta/episodes`' files as one, `EPISODE_META` (atomically: a temporary file
+    renamed over it; the others are removed after). Between the rename and the next commit
+    the dataset is uncommitted, and `recover` restores `EPISODE_META` from the commit
+    (it is one of `MUTABLE`). A dataset whose first metadata file is not `EPISODE_META` is
+    left as it is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first = root / EPISODE_META
+    paths = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    if len(paths) <= 1 or paths[0] != first:
+        return
+    tables = [pq.read_table(p) for p in paths]
+    table = pa.concat_tables([t.select(tables[0].schema.names) for t in tables])
+    for column in ("meta/episodes/chunk_index", "meta/episodes/file_index"):
+        index = table.schema.get_field_index(column)
+        table = table.set_column(index, column, pa.array([0] * len(table), table.schema.field(column).type))
+    tmp = first.with_name(first.name + ".merging")
+    pq.write_table(table, tmp, compression="snappy")
+    fsync_file(tmp)
+    tmp.replace(first)
+    for path in paths[1:]:
+        path.unlink()
+    for folder in {p.parent for p in paths[1:]} - {first.parent}:
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    fsync_dir(first.parent)

@@ -4,7 +4,10 @@ Frames go through lerobot's own dataset API with streaming video encoding (h264)
 images are never written as PNG files first. Every saved episode is finalized at once
 (parquet footers and metadata written) and committed (`robotrl.record.commit`), so a
 `kill -9` loses at most the episode being recorded or saved; `--resume` returns the
-folder to its last commit and re-opens it with `LeRobotDataset.resume`.
+folder to its last commit and re-opens it with `LeRobotDataset.resume`. So does the next
+episode: its episode metadata was merged into one file (`merge_episode_meta`) and the
+`datasets` cache that reading it makes lives in a temporary folder removed with it, so
+neither the time to start an episode nor the cache grows with the episodes recorded.
 
 Frames arrive in robotrl radians; the writer stores joint columns in the dataset's
 `JointConvention` (lerobot's degrees on a real arm), the one place recordings convert.
@@ -15,7 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,7 @@ from robotrl.core.errors import ConfigError, UserError
 from robotrl.hardware.lerobot_arm.convention import JointConvention
 from robotrl.record import features as F
 from robotrl.record.commit import begin_write, commit, end_write, recover
+from robotrl.record.pack import merge_episode_meta
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +108,11 @@ class DatasetWriter:
             if problems:
                 raise ConfigError(f"cannot resume {self.root}, features differ: " + "; ".join(problems))
             self._remove_interrupted_leftovers()
+            commit(self.root)  # a commit of this version's MUTABLE files before the first merge
         elif self.root.exists():
             raise UserError(f"{self.root} already exists: pass --resume to append, or choose a new --root")
         self._dataset = None
+        self._cache: Path | None = None
         self._fresh = not resume
         self._frames_in_episode = 0
 
@@ -137,8 +146,9 @@ class DatasetWriter:
         datasets.disable_progress_bars()  # one "Map" bar per episode otherwise
         dataset.save_episode()
         dataset.finalize()
+        merge_episode_meta(self.root)
         commit(self.root)
-        self._dataset = None
+        self._release()
         self._frames_in_episode = 0
         return time.perf_counter() - start
 
@@ -153,7 +163,7 @@ class DatasetWriter:
         self.discard_episode()
         if self._dataset is not None:
             self._dataset.finalize()
-            self._dataset = None
+            self._release()
             end_write(self.root)
 
     def push_to_hub(self, private: bool = False) -> str:
@@ -200,8 +210,17 @@ class DatasetWriter:
             begin_write(self.root)
         else:
             begin_write(self.root)
-            self._dataset = LeRobotDataset.resume(self.repo_id, root=self.root, **options)
+            self._cache = Path(tempfile.mkdtemp(prefix="robotrl-record-cache-"))
+            with datasets_cache(self._cache):
+                self._dataset = LeRobotDataset.resume(self.repo_id, root=self.root, **options)
         return self._dataset
+
+    def _release(self) -> None:
+        """Drop the open dataset and the `datasets` cache its metadata was read into."""
+        self._dataset = None
+        if self._cache is not None:
+            shutil.rmtree(self._cache, ignore_errors=True)
+            self._cache = None
 
     def _remove_interrupted_leftovers(self) -> None:
         """Temporary frames or videos of an episode that was never saved (a crash)."""
@@ -209,3 +228,16 @@ class DatasetWriter:
             if leftover.exists():
                 log.warning("removing %s left by an interrupted episode", leftover)
                 shutil.rmtree(leftover)
+
+
+@contextmanager
+def datasets_cache(folder: Path) -> Iterator[None]:
+    """Point the `datasets` library's cache at `folder` for the duration."""
+    import datasets.config
+
+    before = datasets.config.HF_DATASETS_CACHE
+    datasets.config.HF_DATASETS_CACHE = folder
+    try:
+        yield
+    finally:
+        datasets.config.HF_DATASETS_CACHE = before

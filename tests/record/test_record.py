@@ -215,6 +215,40 @@ def test_rerecord_discards_and_repeats_the_episode(tmp_path):
     assert len(ds) == summary.frames  # no frame of the discarded attempt was kept
 
 
+def test_episode_metadata_stays_one_file_and_reopening_leaves_no_cache(tmp_path, monkeypatch):
+    """Each episode re-opens the dataset, which reads every episode-metadata file: merged
+    after each save, there is one file whatever the count (with a file per episode the
+    start of episode 600 took 14 s), the rows point at it, and the `datasets` cache of each
+    re-open is removed with it. A crash after a merge, before its commit, is rolled back."""
+    import pyarrow.parquet as pq
+
+    from robotrl.record.commit import EPISODE_META, begin_write
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    env = TaskEnv("reach", cameras=())
+    root = tmp_path / "many"
+    writer = DatasetWriter(root, F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS)
+    summary = record_dataset(env, ExpertTeleop(env), writer, RecordConfig(episodes=4, seed=0, max_ticks=60))
+    writer.close()
+    env.close()
+    assert [p.relative_to(root).as_posix() for p in (root / "meta" / "episodes").rglob("*.parquet")] == [EPISODE_META]
+    rows = pq.read_table(root / EPISODE_META).to_pydict()
+    assert rows["episode_index"] == [0, 1, 2, 3] and set(rows["meta/episodes/file_index"]) == {0}
+    assert rows["dataset_to_index"][-1] == summary.frames
+    assert list((tmp_path / "tmp").glob("robotrl-record-cache-*")) == []
+    ds = load(root)
+    assert ds.num_episodes == 4 and len(ds) == summary.frames
+
+    merged = (root / EPISODE_META).read_bytes()
+    begin_write(root)  # killed after merging the next episode's row, before committing it
+    (root / EPISODE_META).write_bytes(merged[: len(merged) // 2])
+    args = ["record", "--task", "reach", "--episodes", "1", "--root", str(root), "--cameras", "", "--seed", "9"]
+    assert main([*args, "--resume"]) == 0
+    assert pq.read_table(root / EPISODE_META).to_pydict()["episode_index"] == [0, 1, 2, 3, 4]
+    assert load(root).num_episodes == 5
+
+
 def test_kill_9_mid_episode_then_resume(tmp_path):
     root = tmp_path / "crash"
     cmd = [
