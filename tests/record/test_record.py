@@ -202,13 +202,21 @@ class RerecordOnce(ExpertTeleop):
         return cmd
 
 
-def test_rerecord_discards_and_repeats_the_episode(tmp_path):
+def record_reach(root: Path, make_teleop, config: RecordConfig):
+    """`record_dataset` on a camera-less reach scene into a new dataset at `root`; the
+    summary and the teleop."""
     env = TaskEnv("reach", cameras=())
-    root = tmp_path / "rerecord"
+    teleop = make_teleop(env)
     writer = DatasetWriter(root, F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS)
-    summary = record_dataset(env, RerecordOnce(env), writer, RecordConfig(episodes=2, seed=0, max_ticks=150))
+    summary = record_dataset(env, teleop, writer, config)
     writer.close()
     env.close()
+    return summary, teleop
+
+
+def test_rerecord_discards_and_repeats_the_episode(tmp_path):
+    root = tmp_path / "rerecord"
+    summary, _ = record_reach(root, RerecordOnce, RecordConfig(episodes=2, seed=0, max_ticks=150))
     assert summary.rerecorded == 1 and summary.episodes_saved == 2
     ds = load(root)
     assert ds.num_episodes == 2
@@ -226,12 +234,8 @@ def test_episode_metadata_stays_one_file_and_reopening_leaves_no_cache(tmp_path,
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    env = TaskEnv("reach", cameras=())
     root = tmp_path / "many"
-    writer = DatasetWriter(root, F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS)
-    summary = record_dataset(env, ExpertTeleop(env), writer, RecordConfig(episodes=4, seed=0, max_ticks=60))
-    writer.close()
-    env.close()
+    summary, _ = record_reach(root, ExpertTeleop, RecordConfig(episodes=4, seed=0, max_ticks=60))
     assert [p.relative_to(root).as_posix() for p in (root / "meta" / "episodes").rglob("*.parquet")] == [EPISODE_META]
     rows = pq.read_table(root / EPISODE_META).to_pydict()
     assert rows["episode_index"] == [0, 1, 2, 3] and set(rows["meta/episodes/file_index"]) == {0}
@@ -427,14 +431,8 @@ class CountingTeleop(ExpertTeleop):
 
 
 def test_reset_time_drives_the_arm_between_episodes_without_recording(tmp_path):
-    env = TaskEnv("reach", cameras=())
-    teleop = CountingTeleop(env)
-    writer = DatasetWriter(
-        tmp_path / "reset", F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS
-    )
-    summary = record_dataset(env, teleop, writer, RecordConfig(episodes=3, seed=0, max_ticks=150, reset_ticks=20))
-    writer.close()
-    env.close()
+    config = RecordConfig(episodes=3, seed=0, max_ticks=150, reset_ticks=20)
+    summary, teleop = record_reach(tmp_path / "reset", CountingTeleop, config)
     assert summary.episodes_saved == 3 and len(load(tmp_path / "reset")) == summary.frames
     assert teleop.reads == summary.frames + 2 * 20  # two resets between three episodes, none after the last
 
