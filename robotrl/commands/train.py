@@ -52,7 +52,8 @@ def _add_privileged_arguments(parser: argparse.ArgumentParser) -> None:
         "--estimate-env-state",
         action="store_true",
         help="with --env-state: the slow pathway learns to estimate it from the cameras (an auxiliary "
-        "loss) and the fast pathway gets the estimate, so the policy reads only cameras and joints",
+        "loss) and the fast pathway gets the estimate, so the policy reads only cameras and joints "
+        "(in training it reads the env state blurred to the estimate's error)",
     )
     parser.add_argument(
         "--env-objects",

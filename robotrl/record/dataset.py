@@ -122,7 +122,11 @@ def load_frames(
             key = F.image_key(cam)
             ts = (timestamps[first:last] + meta[f"videos/{key}/from_timestamp"]).tolist()
             frames = decode_video_frames(
-                root / ds.meta.get_video_file_path(ep, key), ts, ds.tolerance_s, backend="pyav", return_uint8=True
+                root / ds.meta.get_video_file_path(ep, key),
+                ts,
+                frame_tolerance_s(ds.tolerance_s, ts[-1]),
+                backend="pyav",
+                return_uint8=True,
             )
             images[cam][first:last] = resize_images(frames, image_size_px)
     return FrameTable(
@@ -137,6 +141,16 @@ def load_frames(
         fps=float(ds.fps),
         joint_units=convention.name,
     )
+
+
+def frame_tolerance_s(tolerance_s: float, last_s: float) -> float:
+    """The decoding tolerance (s) for frames up to `last_s` into a video file: lerobot's
+    `tolerance_s`, or twice float32's spacing at `last_s` where that is larger. lerobot's
+    decoder compares timestamps as float32, whose spacing past 1024 s (1.2e-4 s) exceeds
+    the default 1e-4 s, so a packed file longer than that (600 episodes of 96 px video fit
+    one 200 MB file) fails on frames that are there; either bound is far below a frame
+    period (33 ms at 30 fps)."""
+    return max(tolerance_s, 2 * float(np.spacing(np.float32(last_s))))
 
 
 def _episode_bounds(episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,8 @@ crash loses at most the episode in progress; lerobot then starts new data and vi
 for the next episode. `lerobot-record` instead keeps its writers open and packs episodes
 into files of up to 100 MB (data) and 200 MB (video), losing all of an open file in a
 crash. `pack` gives the finished dataset lerobot's layout: lerobot's own aggregation copies
-it beside itself with the episodes concatenated (videos remuxed, not re-encoded), the copy
+it beside itself with the episodes concatenated (videos remuxed, not re-encoded; a video
+file holds at most `MAX_VIDEO_FILE_S` seconds, so lerobot's loader finds its frames), the copy
 is checked (same episodes and frames), fsynced and committed, and swapped in with
 `replace_dir`, so a crash while packing leaves the unpacked dataset or the packed one.
 
@@ -43,9 +44,14 @@ def pack(root: Path) -> tuple[int, int]:
     repo_id = f"local/{root.name}"
     packed, backup = root.with_name(root.name + ".packing"), root.with_name(root.name + ".unpacked")
     shutil.rmtree(packed, ignore_errors=True)
-    aggregate_datasets([repo_id], repo_id, roots=[root], aggr_root=packed)
+    old = LeRobotDatasetMetadata(repo_id, root=root)
+    video_mb = video_file_limit_mb(
+        min(sum(p.stat().st_size for p in before if key in p.parents) for key in videos) / 1e6,
+        old.total_frames / old.fps,
+    )
+    aggregate_datasets([repo_id], repo_id, roots=[root], aggr_root=packed, video_files_size_in_mb=video_mb)
     fix_episode_meta_indices(packed)
-    old, new = LeRobotDatasetMetadata(repo_id, root=root), LeRobotDatasetMetadata(repo_id, root=packed)
+    new = LeRobotDatasetMetadata(repo_id, root=packed)
     if (new.total_episodes, new.total_frames) != (old.total_episodes, old.total_frames):
         shutil.rmtree(packed)
         raise RuntimeError(
@@ -58,6 +64,21 @@ def pack(root: Path) -> tuple[int, int]:
     commit(packed)
     replace_dir(packed, root, backup)
     return len(before), len(data_files(root))
+
+
+MAX_VIDEO_FILE_S = 500.0
+"""Longest packed video file (s). lerobot's decoder compares timestamps as float32, whose
+spacing past 512 s (6e-5 s) nears, and past 1024 s exceeds, its 1e-4 s tolerance; 600
+pick_place episodes of 96 px video (1,720 s) fit one 200 MB file and failed to load."""
+
+
+def video_file_limit_mb(camera_mb: float, seconds: float) -> int:
+    """Size limit (whole MB, as lerobot takes it) for packed video files of a camera with
+    `camera_mb` of video over `seconds`: lerobot's default, or `MAX_VIDEO_FILE_S` of video
+    at that rate if smaller (0 where that is under 1 MB: a file per episode)."""
+    from lerobot.datasets.utils import DEFAULT_VIDEO_FILE_SIZE_IN_MB
+
+    return min(DEFAULT_VIDEO_FILE_SIZE_IN_MB, int(camera_mb / max(seconds, 1e-9) * MAX_VIDEO_FILE_S))
 
 
 def fix_episode_meta_indices(root: Path) -> None:

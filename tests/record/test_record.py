@@ -463,6 +463,37 @@ def test_a_finished_recording_is_packed_into_lerobots_files_and_resumes(tmp_path
     assert ds.num_episodes == 5 and torch_equal(ds[100]["observation.images.front"], frame)
 
 
+def test_packing_caps_each_video_files_duration_so_lerobot_finds_every_frame(tmp_path, monkeypatch):
+    """lerobot's decoder compares float32 timestamps, too coarse past 1024 s for its
+    tolerance: packed video files are cut at `MAX_VIDEO_FILE_S` (here shrunk below one
+    episode, so each episode gets its own file) and every frame still loads."""
+    from lerobot.datasets.video_utils import get_video_duration_in_s
+
+    import robotrl.record.pack as pack
+    from robotrl.record.pack import data_files
+
+    monkeypatch.setattr(pack, "MAX_VIDEO_FILE_S", 0.01)
+    root = tmp_path / "capped"
+    assert main(["record", "--task", "reach", "--root", str(root), "--image-size", "32", "--episodes", "3"]) == 0
+    videos = [p for p in data_files(root) if "observation.images.front" in p.as_posix()]
+    assert len(videos) == 3 and len(list((root / "data").rglob("*.parquet"))) == 1
+    ds = load(root)
+    longest = max(ds.meta.episodes[e]["length"] for e in range(3)) / ds.fps
+    assert all(get_video_duration_in_s(p) <= longest + 1 / ds.fps for p in videos)
+    last = ds.meta.episodes[2]["dataset_to_index"] - 1
+    assert ds[last]["observation.images.front"].shape == (3, 32, 32)
+
+
+def test_frames_late_in_a_long_video_file_decode_within_float32_spacing():
+    """Past 1024 s float32's spacing (1.2e-4 s) exceeds lerobot's 1e-4 s tolerance; the
+    loader's tolerance follows it, and stays lerobot's own early in a file."""
+    from robotrl.record.dataset import frame_tolerance_s
+
+    assert frame_tolerance_s(1e-4, 3.0) == 1e-4
+    late = frame_tolerance_s(1e-4, 1024.7667)
+    assert late >= 2 * np.spacing(np.float32(1024.7667)) > 1e-4 and late < 1e-3
+
+
 def torch_equal(a, b) -> bool:
     return bool((a == b).all())
 

@@ -20,6 +20,7 @@ from robotrl.policies.loading import load_policy
 from robotrl.record import features as F
 from robotrl.record.dataset import load_frames
 from robotrl.record.writer import DatasetWriter
+from robotrl.train.loss import ENV_LOSS_WEIGHT, ESTIMATE_NOISE, flow_matching_loss
 from robotrl.train.trainer import TrainConfig, Trainer, lr_at, train
 
 TINY = {
@@ -528,6 +529,37 @@ def test_a_dataset_of_the_older_robotrl_layout_still_loads(tmp_path, monkeypatch
     frames = load_frames(tmp_path / "old", cameras=(), use_env_state=True, progress=False, action_key=F.TELEOP_ACTION)
     np.testing.assert_allclose(frames.actions - frames.states, 0.2, atol=1e-6)
     np.testing.assert_allclose(frames.env_states[:, 0] if frames.env_states is not None else None, np.arange(5))
+
+
+def test_an_estimating_policys_fast_pathway_trains_on_the_true_state_blurred_and_its_estimate_on_its_own_error(
+    toy, tmp_path
+):
+    """`estimate_env_state` in training: the fast pathway reads env_state plus noise of std
+    ESTIMATE_NOISE (not the estimate, which fits the training scenes better than unseen
+    ones), and the estimate head is trained by its own error alone."""
+    root, _, _ = toy
+    frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "blur",
+        batch_size=256,
+        flow_samples=1,
+        policy={**TINY, "use_env_state": True, "estimate_env_state": True},
+    )
+    trainer = Trainer(cfg, frames=frames, progress=False)
+    batch, model, normalizer = trainer.batch(), trainer.model, trainer.normalizer
+    seen = []
+    fresh = normalizer.fresh
+    normalizer.fresh = lambda state, env, *rest: seen.append(env) or fresh(state, env, *rest)
+    flow_matching_loss(model, normalizer, batch, flow_samples=1).backward()
+    head = [p.grad.clone() for p in model.env_head.parameters()]
+    noise = (seen[0] - batch.env_state).numpy()
+    assert noise.std() == pytest.approx(ESTIMATE_NOISE, rel=0.1) and abs(noise.mean()) < 0.1 * ESTIMATE_NOISE
+    model.zero_grad()
+    estimate = model.estimate_env(model.encode_slow(batch.images, batch.tokens))
+    (ENV_LOSS_WEIGHT * ((estimate - normalizer.env(batch.env_state)) ** 2).mean()).backward()
+    for alone, total in zip((p.grad for p in model.env_head.parameters()), head, strict=True):
+        torch.testing.assert_close(alone, total)
 
 
 def test_a_policy_that_estimates_the_privileged_state_from_its_cameras_reads_none(toy, tmp_path):
