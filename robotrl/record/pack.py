@@ -45,9 +45,13 @@ def pack(root: Path) -> tuple[int, int]:
     packed, backup = root.with_name(root.name + ".packing"), root.with_name(root.name + ".unpacked")
     shutil.rmtree(packed, ignore_errors=True)
     old = LeRobotDatasetMetadata(repo_id, root=root)
-    video_mb = video_file_limit_mb(
-        min(sum(p.stat().st_size for p in before if key in p.parents) for key in videos) / 1e6,
-        old.total_frames / old.fps,
+    video_mb = (
+        video_file_limit_mb(
+            min(sum(p.stat().st_size for p in before if key in p.parents) for key in videos) / 1e6,
+            old.total_frames / old.fps,
+        )
+        if videos
+        else None
     )
     aggregate_datasets([repo_id], repo_id, roots=[root], aggr_root=packed, video_files_size_in_mb=video_mb)
     fix_episode_meta_indices(packed)
