@@ -7,7 +7,8 @@ the real-arm commands run unchanged against it:
     HF_LEROBOT_CALIBRATION=<calibration> robotrl deploy --robot so101 --port <follower bus> \\
         --cameras '<cameras>' --policy ...
 
-Runs until Ctrl-C or SIGTERM (exit 0); SIGUSR1 starts a new scene. Details: `robotrl.sim.twin.twin`.
+Runs until Ctrl-C or SIGTERM (exit 0); SIGUSR1 starts a new scene. Each scene's outcome (solved
+or not, scored by the task) is logged when it ends. Details: `robotrl.sim.twin.twin`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default: a temporary folder, removed at exit",
     )
     add_field(parser, "--reset-every-s", TwinConfig, "new scene this often in seconds; 0: at start and on SIGUSR1")
+    add_field(
+        parser,
+        "--instruction",
+        TwinConfig,
+        "only scenes whose instruction is this (what `deploy --task` tells the policy); '' for every scene",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object (ports, ids, calibration, cameras)")
     parser.add_argument(
         "--info",
@@ -78,6 +85,7 @@ def twin_config(args: argparse.Namespace) -> TwinConfig:
         robot_id=args.robot_id,
         leader_id=args.leader_id,
         reset_every_s=args.reset_every_s,
+        instruction=args.instruction,
     )
 
 

@@ -23,7 +23,14 @@ limp and sags under gravity; the twin keeps the pose so the next command starts 
 
 Scene resets (new objects from seed `seed`, `seed + 1`, ...; the arm stays where it is, as
 when a person tidies the table): at the start, on `request_reset()` (`robotrl twin` maps
-SIGUSR1 to it) and every `reset_every_s` if set. The twin cannot see a recorder's episode
+SIGUSR1 to it) and every `reset_every_s` if set. With `instruction` set, seeds whose scene
+asks for something else are skipped (the person sets the table to match what the policy is
+told: `deploy --task`).
+
+Each tick the task scores the scene (the judge a real arm's operator is); when the scene
+ends its outcome is logged and kept in `outcomes`: solved or not within the task's tick
+limit (the limit of the simulated benchmarks), counted only if the follower was driven on
+every tick of the scene. The twin cannot see a recorder's episode
 boundaries (a real arm has none on its bus either): for one scene per recorded episode,
 send SIGUSR1 between episodes or set `reset_every_s` near the episode length (the
 recorder's save time between episodes makes the two drift apart).
@@ -87,6 +94,8 @@ class TwinConfig:
     """lerobot id of the leader (`--leader-id`)."""
     reset_every_s: float = 0.0
     """New scene this often, seconds; 0: only at the start and on request."""
+    instruction: str = ""
+    """Only scenes whose instruction is this; '' for every scene."""
 
     def __post_init__(self) -> None:
         if self.rate_hz <= 0 or not 0 < self.fps <= self.rate_hz:
@@ -100,7 +109,32 @@ class TwinConfig:
             raise ConfigError("reset_every_s must be >= 0")
         if not self.robot_id or not self.leader_id or "/" in self.robot_id + self.leader_id:
             raise ConfigError("robot_id and leader_id must be non-empty file names")
-        make_task(self.task)  # an unknown task fails here, before anything starts
+        fixed = make_task(self.task).instruction  # an unknown task fails here, before anything starts
+        if self.instruction and fixed is not None and self.instruction != fixed:
+            raise ConfigError(f"every {self.task} scene asks {fixed!r}, not {self.instruction!r}")
+
+
+@dataclass(frozen=True)
+class SceneOutcome:
+    """How one scene ended."""
+
+    seed: int
+    ticks: int
+    """Control ticks the scene lasted."""
+    solved_tick: int | None
+    """First tick the task scored a success; None if none."""
+    max_ticks: int
+    """The task's tick limit: a success after it does not count."""
+    driven: bool
+    """The follower was driven on every tick (a scene a command ran through)."""
+
+    @property
+    def success(self) -> bool:
+        return self.solved_tick is not None and self.solved_tick <= self.max_ticks
+
+
+MAX_SEED_TRIES = 1000
+"""Seeds tried for a scene whose instruction is `TwinConfig.instruction`."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +172,9 @@ class Twin:
         self.clock = WallClock()
         self.sim = SimRobot(spec.compile(), arm=ARM, cameras=(), clock=self.clock, control_rate_hz=config.rate_hz)
         self.sim.connect()
+        self.scenes = 0
+        if config.instruction:  # a scene the instruction fits exists, or one line before the buses open
+            self._next_scene(config.seed)
         self.follower = SimServoBus(self.calibration.by_id, instant=False)
         self.leader = SimServoBus(self.calibration.by_id, instant=False)
         h, w = config.camera_height_px, config.camera_width_px
@@ -149,7 +186,9 @@ class Twin:
         self._driven = False
         self.seed = config.seed - 1
         self.tick = 0
-        self.scenes = 0
+        self.outcomes: list[SceneOutcome] = []
+        self._solved_tick: int | None = None
+        self._driven_ticks = 0
 
     @property
     def info(self) -> TwinInfo:
@@ -189,8 +228,13 @@ class Twin:
             if on_tick is not None:
                 on_tick()
             rate.sleep()
+        self._end_scene()
         if rate.overruns:
             log.info("twin: %d of its ticks overran the %g Hz period", rate.overruns, self.config.rate_hz)
+        counted = [o for o in self.outcomes if o.driven]
+        if counted:
+            solved = sum(o.success for o in counted)
+            log.info("twin: %d of %d driven scenes solved", solved, len(counted))
 
     def _tick(self) -> None:
         """Steps 1-3 of the module docstring."""
@@ -207,6 +251,9 @@ class Twin:
         self._driven = driven
         self.task.on_tick(self.sim, self.tick)
         self.tick += 1
+        self._driven_ticks += driven
+        if self._solved_tick is None and self.task.evaluate(self.sim).success:
+            self._solved_tick = self.tick
         leader_rad = self._expert.act(q_rad) if driven and self._expert is not None else q_rad
         self.leader.set_present(dict(zip(ids, self.calibration.rad_to_raw(leader_rad).tolist())))
         if driven:
@@ -218,16 +265,53 @@ class Twin:
         return every_s > 0 and self.sim.sim_time_s >= every_s
 
     def _reset_scene(self) -> None:
-        """New objects from the next seed; the arm stays where it stands (home at the start)."""
+        """New objects from the next seed (the next whose instruction fits); the arm stays
+        where it stands (home at the start)."""
         self._reset_requested.clear()
-        self.seed += 1
-        q_rad = self.sim.q_true_rad if self.scenes else None
-        self.sim.reset(q_rad, seed=self.seed)
-        instruction = self.task.reset(self.sim, np.random.default_rng(self.seed))
+        self._end_scene()
+        self.seed, instruction = self._next_scene(self.seed + 1)
         self.tick, self.scenes = 0, self.scenes + 1
+        self._solved_tick, self._driven_ticks = None, 0
         self._expert = None
         self._driven = False  # the expert restarts on the next driven tick
         log.info("twin: scene %d (seed %d): %s", self.scenes, self.seed, instruction)
+
+    def _next_scene(self, seed: int) -> tuple[int, str]:
+        """Set up the scene of the first seed from `seed` whose instruction is the config's
+        (any, if it is ''); (its seed, its instruction). `ConfigError` if none is found."""
+        q_rad = self.sim.q_true_rad if self.scenes else None
+        wanted = self.config.instruction
+        for seed_ in range(seed, seed + MAX_SEED_TRIES):
+            self.sim.reset(q_rad, seed=seed_)
+            instruction = self.task.reset(self.sim, np.random.default_rng(seed_))
+            if not wanted or instruction == wanted:
+                return seed_, instruction
+        raise ConfigError(
+            f"no {self.config.task} scene of seeds {seed}-{seed + MAX_SEED_TRIES - 1} asks {wanted!r} "
+            f"(it asks e.g. {instruction!r})"
+        )
+
+    def _end_scene(self) -> None:
+        """Keep and log the outcome of the scene now ending (none before the first)."""
+        if not self.scenes:
+            return
+        outcome = SceneOutcome(
+            self.seed, self.tick, self._solved_tick, self.task.max_ticks, self._driven_ticks == self.tick > 0
+        )
+        self.outcomes.append(outcome)
+        rate = self.config.rate_hz
+        if outcome.solved_tick is not None:
+            result = f"solved at {outcome.solved_tick / rate:.1f} s"
+            result += "" if outcome.success else f" (after the task's {outcome.max_ticks / rate:.0f} s limit)"
+        else:
+            result = f"not solved in {outcome.ticks / rate:.1f} s"
+        log.info(
+            "twin: scene %d (seed %d) %s%s",
+            self.scenes,
+            self.seed,
+            result,
+            "" if outcome.driven else " (not driven throughout)",
+        )
 
     def close(self) -> None:
         """Stop the cameras and buses (the commands on them lose their devices) and physics."""

@@ -11,6 +11,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -164,6 +165,63 @@ def test_lerobots_bus_reads_the_twins_temperature_and_voltage_rarely_and_a_faile
     assert arm.health()["bus_errors"] == 2
 
 
+def test_the_twin_scores_each_scene_a_command_drove_and_skips_those_the_instruction_does_not_fit(
+    tmp_path: Path,
+) -> None:
+    """A client copies the expert's leader onto the follower through lerobot's driver and
+    `SafeRobot`. Scene 1 started before the client connected (not driven throughout); scene
+    2, driven from its first tick, is solved within the task's limit; scene 3, the torque
+    switched off, is not. Seeds whose scene asks for another cube are skipped."""
+    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
+    from robotrl.hardware.lerobot_arm.robot import LerobotArm
+    from robotrl.hardware.safety import SafeRobot
+    from robotrl.sim.env import TaskEnv
+    from robotrl.sim.twin.twin import Twin, TwinConfig
+
+    blue = "put the blue cube in the bin"
+    env = TaskEnv("pick_place", cameras=())
+    blue_seeds = [seed for seed in range(40) if env.begin(seed) == blue][:3]
+    assert blue_seeds[0] > 0  # the red and green seeds before it are skipped
+    twin = Twin(TwinConfig(task="pick_place", cameras=(), instruction=blue), tmp_path)
+    ids = list(twin.calibration.by_id)
+    stop = threading.Event()
+    loop = threading.Thread(target=twin.run, args=(stop,))
+    arm = SafeRobot(
+        LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
+    )
+
+    def follow_the_leader() -> None:
+        leader_raw = np.array([twin.leader.present(i) for i in ids])
+        arm.command(twin.calibration.raw_to_rad(leader_raw))
+        time.sleep(1 / 30)
+
+    def until(condition, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition() and time.monotonic() < deadline:
+            follow_the_leader()
+
+    try:
+        loop.start()
+        arm.connect()
+        follow_the_leader()
+        twin.request_reset()
+        until(lambda: twin.scenes == 2, 2.0)
+        until(lambda: twin._solved_tick is not None, 15.0)
+        twin.request_reset()
+        until(lambda: twin.scenes == 3, 2.0)
+        arm.disconnect()  # torque off: scene 3 runs undriven
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+        twin.close()
+    partial, solved, undriven = twin.outcomes
+    assert [o.seed for o in twin.outcomes] == blue_seeds
+    assert not partial.driven and partial.solved_tick is None, partial
+    assert solved.driven and solved.success and 30 < solved.solved_tick <= solved.max_ticks == 300, solved
+    assert not undriven.driven and undriven.solved_tick is None and undriven.ticks >= 10, undriven
+
+
 # -- the command -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "flags, problem",
@@ -172,6 +230,8 @@ def test_lerobots_bus_reads_the_twins_temperature_and_voltage_rarely_and_a_faile
         (["--camera-names", "front,top"], "name each of front, wrist at most once"),
         (["--task", "juggle"], "unknown task 'juggle'"),
         (["--fps", "60"], "fps <= rate_hz"),
+        (["--task", "reach", "--instruction", "wave"], "every reach scene asks 'touch the red ball', not 'wave'"),
+        (["--instruction", "juggle the cubes"], "no pick_place scene of seeds 0-999 asks 'juggle the cubes'"),
     ],
 )
 def test_bad_options_get_one_line_and_exit_2(flags, problem, capsys) -> None:
