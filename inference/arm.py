@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from robotrl.core.clock import Clock, PacedSimClock, SimClock, WallClock
 from robotrl.core.errors import UserError
 from robotrl.core.robot import CameraSpec
@@ -136,7 +138,13 @@ def open_arm(
     check_control_rate(server_info, arm.spec.control_rate_hz)
     robot = SafeRobot(arm, clock=clock)
     robot.connect(watchdog_thread=True)
-    return OpenArm(robot, ArmTask(robot, config.task), clock)
+    start = server_info.get("start_state_rad") or None
+    if start is not None and len(start) != robot.spec.num_joints:
+        robot.disconnect()
+        joints = robot.spec.num_joints
+        raise UserError(f"the policy's start pose has {len(start)} joints, the {config.robot} arm has {joints}")
+    start_rad = None if start is None else np.asarray(start, np.float64)
+    return OpenArm(robot, ArmTask(robot, config.task, clock, start_rad), clock)
 
 
 def twin_resources(info: Path) -> tuple[str, str, str]:

@@ -34,6 +34,7 @@ from robotrl.core.task import Task, TaskOutcome
 from robotrl.hardware.safety import SafeRobot
 from robotrl.inference.ensemble import EnsembleExecutor
 from robotrl.inference.executor import Executor, ReceivedChunk, TickRecord
+from robotrl.inference.start_pose import move_to_start
 
 STATUS_EVERY_TICKS = 15
 """Ticks between two refreshes of the live status line (0.5 s at 30 Hz)."""
@@ -112,14 +113,22 @@ class EpisodeObserver(Protocol):
 
 class ArmTask:
     """The `Task` of a real arm: a person resets the scene, there is no reward, the
-    instruction is fixed; episodes end by a person's label or the tick limit."""
+    instruction is fixed; episodes end by a person's label or the tick limit. With
+    `start_rad` (the served policy's start pose) each episode begins by driving the arm
+    there (`start_pose.move_to_start`, on `clock`)."""
 
     env_state_dim = 0
 
-    def __init__(self, robot: SafeRobot, instruction: str) -> None:
-        self.robot, self.instruction = robot, instruction
+    def __init__(
+        self, robot: SafeRobot, instruction: str, clock: Clock | None = None, start_rad: np.ndarray | None = None
+    ) -> None:
+        if start_rad is not None and clock is None:
+            raise ValueError("moving to a start pose needs the arm's clock")
+        self.robot, self.instruction, self.clock, self.start_rad = robot, instruction, clock, start_rad
 
     def begin(self, seed: int) -> str:
+        if self.start_rad is not None and self.clock is not None:
+            move_to_start(self.robot, self.clock, self.start_rad)
         self.robot.resync()
         return self.instruction
 

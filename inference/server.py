@@ -271,6 +271,7 @@ class PolicyServer:
             "env_state_dim": self.policy.metadata.env_state_dim,
             "control_rate_hz": self.policy.metadata.control_rate_hz,
             "rtc": self.policy.metadata.follows_rtc_prefix,
+            "start_state_rad": list(self.policy.metadata.start_state_rad),
         }
         try:
             server = ServerSocket(

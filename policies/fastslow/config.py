@@ -29,6 +29,9 @@ class FastSlowConfig:
     """s, rows executed before the next chunk in synchronous execution (also RTC's s)."""
     control_rate_hz: float = 30.0
     """Rate at which chunk rows are executed."""
+    start_state_rad: tuple[float, ...] = ()
+    """(state_dim,) median first measured state of the training episodes, radians: where a
+    real arm is put before each episode (`robotrl.inference.start_pose`); () unknown."""
     cameras: tuple[str, ...] = ("front", "wrist")
     """Camera names read by the slow pathway, in order."""
     image_size_px: int = 64
@@ -127,6 +130,11 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.cnn_channels needs at least 2 layers")
         if self.max_age_ticks < 0:
             raise ConfigError("FastSlowConfig.max_age_ticks must be >= 0")
+        if self.start_state_rad and len(self.start_state_rad) != self.state_dim:
+            raise ConfigError(
+                f"FastSlowConfig.start_state_rad has {len(self.start_state_rad)} joints, state_dim is {self.state_dim}"
+            )
+        object.__setattr__(self, "start_state_rad", tuple(float(q) for q in self.start_state_rad))
         object.__setattr__(self, "cameras", tuple(self.cameras))
         object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
 

@@ -103,6 +103,7 @@ class FastSlowPolicy:
             self.normalizer.id,
             c.env_state_dim if c.reads_env_state else 0,
             c.execute_steps,
+            start_state_rad=c.start_state_rad,
         )
 
     def reset(self) -> None:

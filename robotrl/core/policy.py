@@ -40,6 +40,9 @@ class PolicyMetadata:
     follows_rtc_prefix: bool = True
     """Whether the policy uses an RTC prefix (guidance or clean rows); False: a request
     carrying one is refused, so the rtc execution modes cannot drive it."""
+    start_state_rad: tuple[float, ...] = ()
+    """(state_dim,) where the training episodes started, radians: a real arm is moved there
+    before each episode; () unknown (the arm starts where it stands)."""
 
 
 @dataclass

@@ -161,6 +161,18 @@ def test_training_overfits_a_tiny_dataset(toy):
     assert last * 10 <= first, f"loss fell only from {first:.3f} to {last:.3f}"
 
 
+def test_the_checkpoint_records_where_the_episodes_started(toy, tmp_path):
+    """Every toy episode starts at S0 and then raises joint 1 by 0.01 rad a tick: the start
+    pose is S0, not the mean state, and it survives saving (the server's hello carries it
+    to a real arm)."""
+    _, frames, trainer = toy
+    policy = trainer.policy()
+    np.testing.assert_allclose(policy.metadata.start_state_rad, S0, atol=1e-6)
+    assert frames.states[:, 1].mean() > S0[1] + 0.05  # the mean state is elsewhere
+    policy.save(tmp_path / "ck")
+    np.testing.assert_allclose(FastSlowPolicy.load(tmp_path / "ck").metadata.start_state_rad, S0, atol=1e-6)
+
+
 def _obs(instruction: str, t: int = 0, delay: int = 0) -> PolicyObservation:
     return PolicyObservation(
         state_rad=S0.copy(),

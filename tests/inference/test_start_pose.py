@@ -1,0 +1,48 @@
+"""Driving a real arm to the policy's start pose before each episode (`ArmTask`), here on
+the simulated arm behind `SafeRobot` on a stepped clock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robotrl.inference.runner import ArmTask
+from robotrl.inference.start_pose import NEAR_RAD, SETTLE_S, START_SPEED_RAD_S, move_to_start, path_to
+from robotrl.sim.env import TaskEnv
+
+
+def test_the_path_is_a_straight_line_at_rest_at_both_ends_and_never_faster_than_asked() -> None:
+    q0, q1 = np.array([0.0, -1.2, 1.1, 1.3, 0.0, 0.0]), np.array([0.9, 0.3, -0.2, 1.3, 1.5, 0.5])
+    rows = path_to(q0, q1, max_speed_rad_s=0.8, dt_s=1 / 30)
+    # the widest move is 1.5 rad: pi * 1.5 / (2 * 0.8) = 2.945 s = 88.4 -> 89 ticks
+    assert rows.shape == (89, 6)
+    np.testing.assert_allclose(rows[-1], q1)
+    steps = np.abs(np.diff(np.vstack([q0, rows]), axis=0))
+    assert steps.max() <= 0.8 / 30 + 1e-12 and steps[0].max() < 0.01 and steps[-1].max() < 0.01
+    # one line in joint space: every row is q0 + s (q1 - q0) with s rising from 0 to 1
+    s = (rows - q0)[:, 4] / (q1 - q0)[4]
+    np.testing.assert_allclose(rows, q0 + s[:, None] * (q1 - q0), atol=1e-12)
+    assert np.all(np.diff(s) > 0)
+    np.testing.assert_allclose(path_to(q1, q1, 0.8, 1 / 30), q1[None])
+
+
+def test_each_episode_of_an_arm_task_begins_at_the_start_pose() -> None:
+    env = TaskEnv("reach", cameras=())
+    env.begin(0)
+    start = np.array([0.4, -0.6, 0.8, 1.0, -0.5, 0.3])
+    task = ArmTask(env.robot, "touch the red ball", env.clock, start)
+    began_s = env.clock.now()
+    assert task.begin(0) == "touch the red ball"
+    took_s = env.clock.now() - began_s
+    q = env.robot.read().q_rad
+    assert np.max(np.abs(q - start)) < NEAR_RAD, q - start
+    # shoulder_lift moves furthest, 0.6 rad: pi * 0.6 / (2 * 0.8) = 1.18 s on the way, then the settle
+    assert took_s == pytest.approx(np.pi * 0.6 / (2 * START_SPEED_RAD_S) + SETTLE_S, abs=0.07)
+    assert env.robot.stats.step_clamps == 0  # slow enough for SafeRobot's own limits
+    assert move_to_start(env.robot, env.clock, start) == 0.0  # already there: the arm starts as it stands
+
+
+def test_an_arm_task_needs_a_clock_to_move() -> None:
+    env = TaskEnv("reach", cameras=())
+    with pytest.raises(ValueError, match="needs the arm's clock"):
+        ArmTask(env.robot, "x", None, np.zeros(6))
