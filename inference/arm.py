@@ -4,13 +4,19 @@ things the episode runner needs (a `SafeRobot`, a `Task`, a clock).
 - sim: a `TaskEnv` (MuJoCo SO-101, the task and scenario named), rendering the served
   policy's cameras; wall clock, or a `SimClock` for stepped runs.
 - so101 / so100: lerobot's SO follower (`LerobotArm`, radians at its boundary) behind
-  `SafeRobot` with its watchdog thread, an `ArmTask` with the instruction; wall clock.
-  On a twin (`twin_info`), its follower bus, cameras and calibration are read from the
-  twin's info file when the arm opens, so a restarted twin's new buses are found.
+  `SafeRobot` with its watchdog thread, an `ArmTask` with the instruction, the policy's
+  start pose and the reset period; wall clock.
+  On a twin (`twin_info`), its follower bus, cameras, calibration and pid are read from
+  the twin's info file when the arm opens, so a restarted twin's new buses are found;
+  each episode's reset period begins by asking the twin for its next scene (SIGUSR1, as
+  `robotrl twin` documents), and lasts at least `TWIN_SCENE_S`.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +29,13 @@ from robotrl.core.task import Task
 from robotrl.hardware.safety import SafeRobot
 from robotrl.inference.runner import ArmTask
 
+log = logging.getLogger(__name__)
+
 ROBOTS = ("sim", "so101", "so100")
+
+TWIN_SCENE_S = 0.3
+"""Shortest reset period on a twin, s: it lays out the next scene at its next tick and its
+cameras show it at their next frame (30 Hz each), well before the episode's first reading."""
 
 
 @dataclass(frozen=True)
@@ -43,14 +55,19 @@ class ArmConfig:
     cameras: str = ""
     """Real arm: its cameras as lerobot's `--robot.cameras` map (`hardware.lerobot_arm.cameras`)."""
     twin_info: str | None = None
-    """so101 on a twin: the `robotrl twin --info` file giving the port, cameras and
-    calibration folder (instead of `port` and `cameras`)."""
+    """so101 on a twin: the `robotrl twin --info` file giving the port, cameras,
+    calibration folder and pid (instead of `port` and `cameras`)."""
+    reset_time_s: float = 0.0
+    """Real arm: seconds it holds still before each episode (after the move to the
+    policy's start pose) while a person resets the scene."""
 
     def __post_init__(self) -> None:
         if self.robot not in ROBOTS:
             raise UserError(f"unknown robot {self.robot!r}; choose {', '.join(ROBOTS)}")
         if self.twin_info is not None and (self.robot != "so101" or self.port or self.cameras):
             raise UserError("a twin is an so101 whose port and cameras come from its info file: give neither")
+        if self.reset_time_s < 0 or (self.robot == "sim" and self.reset_time_s > 0):
+            raise UserError("--reset-time-s is >= 0 s, and for real arms: a simulated task resets its own scene")
         if self.robot != "sim" and not self.port and self.twin_info is None:
             raise UserError(f"--robot {self.robot} needs --port (see `robotrl devices`)")
         if self.robot == "sim":
@@ -120,9 +137,9 @@ def open_arm(
     from robotrl.hardware.lerobot_arm.cameras import parse_cameras
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
 
-    port, camera_map, calibration_dir = config.port, config.cameras, None
+    port, camera_map, calibration_dir, twin_pid = config.port, config.cameras, None, None
     if config.twin_info is not None:
-        port, camera_map, calibration_dir = twin_resources(Path(config.twin_info))
+        port, camera_map, calibration_dir, twin_pid = twin_resources(Path(config.twin_info))
     cameras = parse_cameras(camera_map)
     missing = sorted(set(server_info.get("cameras", ())) - set(cameras))
     if missing:
@@ -144,19 +161,37 @@ def open_arm(
         joints = robot.spec.num_joints
         raise UserError(f"the policy's start pose has {len(start)} joints, the {config.robot} arm has {joints}")
     start_rad = None if start is None else np.asarray(start, np.float64)
-    return OpenArm(robot, ArmTask(robot, config.task, clock, start_rad), clock)
+    if twin_pid is None:
+        task = ArmTask(robot, config.task, clock, start_rad, config.reset_time_s)
+    else:
+        reset_s = max(config.reset_time_s, TWIN_SCENE_S)
+        task = ArmTask(robot, config.task, clock, start_rad, reset_s, on_reset=lambda: next_twin_scene(twin_pid))
+    return OpenArm(robot, task, clock)
 
 
-def twin_resources(info: Path) -> tuple[str, str, str]:
-    """(follower port, cameras map, follower calibration folder) of the twin whose `--info`
-    file is `info`; one line when there is none or it is not a twin's."""
+def twin_resources(info: Path) -> tuple[str, str, str, int]:
+    """(follower port, cameras map, follower calibration folder, pid) of the twin whose
+    `--info` file is `info`; one line when there is none or it is not a twin's."""
     from robotrl.fsutil import read_json
 
     data = read_json(info)
     keys = ("follower_port", "cameras", "follower_calibration_dir")
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in keys):
+    if (
+        not isinstance(data, dict)
+        or not all(isinstance(data.get(k), str) for k in keys)
+        or not isinstance(data.get("pid"), int)
+    ):
         raise UserError(f"{info}: no running twin's info file there (start it with `robotrl twin --info {info}`)")
-    return data["follower_port"], data["cameras"], data["follower_calibration_dir"]
+    return data["follower_port"], data["cameras"], data["follower_calibration_dir"], data["pid"]
+
+
+def next_twin_scene(pid: int) -> None:
+    """Ask the twin of process `pid` for its next scene (what a person resetting the table
+    does); a twin that is gone is logged, its arm's bus fails on the next reading."""
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError as exc:
+        log.warning("could not ask the twin (pid %d) for a new scene: %s", pid, exc)
 
 
 def check_control_rate(server_info: dict, robot_rate_hz: float) -> None:

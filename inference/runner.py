@@ -20,9 +20,10 @@ The episode ends when the task is done, a label was given, or `max_ticks` ran ou
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,7 +35,9 @@ from robotrl.core.task import Task, TaskOutcome
 from robotrl.hardware.safety import SafeRobot
 from robotrl.inference.ensemble import EnsembleExecutor
 from robotrl.inference.executor import Executor, ReceivedChunk, TickRecord
-from robotrl.inference.start_pose import move_to_start
+from robotrl.inference.start_pose import hold_still, move_to_start
+
+log = logging.getLogger(__name__)
 
 STATUS_EVERY_TICKS = 15
 """Ticks between two refreshes of the live status line (0.5 s at 30 Hz)."""
@@ -113,22 +116,39 @@ class EpisodeObserver(Protocol):
 
 class ArmTask:
     """The `Task` of a real arm: a person resets the scene, there is no reward, the
-    instruction is fixed; episodes end by a person's label or the tick limit. With
-    `start_rad` (the served policy's start pose) each episode begins by driving the arm
-    there (`start_pose.move_to_start`, on `clock`)."""
+    instruction is fixed; episodes end by a person's label or the tick limit. Each episode
+    begins (`start_pose`) with the move to `start_rad` (the served policy's start pose;
+    None: the arm starts where it stands), then `on_reset()` if given (a twin lays out
+    its next scene) and `reset_s` seconds of the arm held still while the scene is reset.
+    Both wait on `clock`."""
 
     env_state_dim = 0
 
     def __init__(
-        self, robot: SafeRobot, instruction: str, clock: Clock | None = None, start_rad: np.ndarray | None = None
+        self,
+        robot: SafeRobot,
+        instruction: str,
+        clock: Clock | None = None,
+        start_rad: np.ndarray | None = None,
+        reset_s: float = 0.0,
+        on_reset: Callable[[], None] | None = None,
     ) -> None:
-        if start_rad is not None and clock is None:
-            raise ValueError("moving to a start pose needs the arm's clock")
+        if (start_rad is not None or reset_s > 0) and clock is None:
+            raise ValueError("moving to a start pose or holding for a reset needs the arm's clock")
+        if reset_s < 0:
+            raise ValueError(f"reset_s must be >= 0, got {reset_s}")
         self.robot, self.instruction, self.clock, self.start_rad = robot, instruction, clock, start_rad
+        self.reset_s, self.on_reset = reset_s, on_reset
 
     def begin(self, seed: int) -> str:
         if self.start_rad is not None and self.clock is not None:
             move_to_start(self.robot, self.clock, self.start_rad)
+        if self.on_reset is not None:
+            self.on_reset()
+        if self.reset_s > 0 and self.clock is not None:
+            log.info("reset the scene: the episode starts in %g s", self.reset_s)
+            here = self.robot.read().q_rad if self.start_rad is None else self.start_rad
+            hold_still(self.robot, self.clock, here, self.reset_s)
         self.robot.resync()
         return self.instruction
 

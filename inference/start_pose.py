@@ -1,4 +1,5 @@
-"""Putting a real arm where the policy's training episodes started, before each episode.
+"""Before each episode on a real arm: the move to where the policy's training episodes
+started, then the reset period.
 
 A policy learned from demonstrations that all start at one pose (the simulated arm's
 home, or wherever a person put the arm before recording) has seen little else: started
@@ -6,6 +7,11 @@ where the last episode left the arm, e.g. over the bin, the pixel pick_place pol
 fails every scene (docs/results.md section 17). The simulated tasks put the arm home
 themselves; a real arm is driven there, slowly and through `SafeRobot`, as lerobot's
 reset period has a person (or HIL-SERL's fixed reset pose has the robot) do.
+
+The reset period then holds the arm still while a person sets the scene up, so the
+episode's first observation already shows the scene it is scored on: a scene changed
+one tick into the episode costs the pixel pick_place policy every episode through the
+server (docs/results.md section 18).
 """
 
 from __future__ import annotations
@@ -50,12 +56,21 @@ def move_to_start(robot: SafeRobot, clock: Clock, start_rad: np.ndarray) -> floa
     if np.max(np.abs(q - start)) <= NEAR_RAD:
         log.info("the arm is at the policy's start pose")
         return 0.0
-    rows = path_to(q, start, START_SPEED_RAD_S, 1.0 / rate_hz)
-    rows = np.concatenate([rows, np.repeat(start[None], math.ceil(SETTLE_S * rate_hz), axis=0)])
     rate, began_s = Rate(clock, rate_hz), clock.now()
-    for row in rows:
+    for row in path_to(q, start, START_SPEED_RAD_S, 1.0 / rate_hz):
         robot.command(row)
         rate.sleep()
+    hold_still(robot, clock, start, SETTLE_S)
     took_s = clock.now() - began_s
     log.info("moved to the policy's start pose in %.1f s", took_s)
     return took_s
+
+
+def hold_still(robot: SafeRobot, clock: Clock, target_rad: np.ndarray, seconds: float) -> None:
+    """Command (J,) `target_rad` at the control rate for `seconds` (at least one tick when
+    `seconds` > 0): the servos settle on it, and `SafeRobot`'s watchdog sees commands."""
+    rate_hz = robot.spec.control_rate_hz
+    rate = Rate(clock, rate_hz)
+    for _ in range(math.ceil(seconds * rate_hz)):
+        robot.command(target_rad)
+        rate.sleep()

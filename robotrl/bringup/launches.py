@@ -78,8 +78,8 @@ class ArmLaunch:
 
 @dataclass(frozen=True)
 class TwinLaunch:
-    """`robotrl twin` of scene `task` from `seed`, follower id `robot_id`, a new scene every
-    `reset_every_s` (the arm's episode length; 0: never), calibration in FOLDER/calibration,
+    """`robotrl twin` of scene `task` from `seed`, follower id `robot_id` (its arm asks for a
+    new scene at each episode's reset period: `inference.arm`), calibration in FOLDER/calibration,
     its buses and heartbeat in FOLDER/twin.json (`--info`, removed before each start so the
     role is up only once this start wrote it). A restarted twin has new buses: the arm,
     whose bus went with the old one, is restarted too and reads them from the file."""
@@ -88,7 +88,6 @@ class TwinLaunch:
     task: str
     seed: int
     robot_id: str
-    reset_every_s: float
     folder: Path
 
     @property
@@ -101,7 +100,6 @@ class TwinLaunch:
             "--task": self.task,
             "--seed": str(self.seed),
             "--robot-id": self.robot_id,
-            "--reset-every-s": f"{self.reset_every_s:g}",
             "--calibration-dir": str(self.folder / "calibration"),
             "--info": str(self.info),
         }

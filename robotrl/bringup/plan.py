@@ -384,7 +384,7 @@ def _twin_role(robot: RobotEntry, k: int, run: Path, host: RoleHost | None) -> R
     role does (under Ray, in the same actor)."""
     folder = run / "robots" / robot.name
     seed = robot.seed if robot.seed is not None else ACTOR_SEED_STRIDE * k
-    launch = TwinLaunch(robot.task or ArmConfig().task, seed, robot.name, robot.max_seconds or 0.0, folder)
+    launch = TwinLaunch(robot.task or ArmConfig().task, seed, robot.name, folder)
     probe: Probe = TwinProbe(launch.info)
     if host is not None:
         probe = NodeClockProbe(probe, host.clock_offset_s)

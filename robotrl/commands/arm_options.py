@@ -45,6 +45,19 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
         default=field_default(ArmConfig, "robot_id"),
         help="real arm: lerobot calibration id; also this robot's name for the server and learner",
     )
+    parser.add_argument(
+        "--twin",
+        metavar="INFO",
+        help="an so101 on a running `robotrl twin --info INFO`: its port, cameras and calibration from that "
+        "file (instead of --port and --cameras), a new scene each episode",
+    )
+    parser.add_argument(
+        "--reset-time-s",
+        type=float,
+        default=field_default(ArmConfig, "reset_time_s"),
+        help="real arm: seconds it holds still before each episode, after the move to the policy's start pose, "
+        "while you reset the scene (default: %(default)s)",
+    )
     add_fleet_arguments(parser)
     parser.add_argument(
         "--mode",
@@ -79,7 +92,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 
 def arm_config(args: argparse.Namespace) -> ArmConfig:
     apply_fleet(args)
-    return ArmConfig(args.robot, args.task, args.scenario, args.port, args.robot_id, args.cameras)
+    return ArmConfig(
+        args.robot, args.task, args.scenario, args.port, args.robot_id, args.cameras, args.twin, args.reset_time_s
+    )
 
 
 def executor_config(args: argparse.Namespace) -> ExecutorConfig:

@@ -23,17 +23,22 @@ limp and sags under gravity; the twin keeps the pose so the next command starts 
 
 Scene resets (new objects from seed `seed`, `seed + 1`, ...; the arm stays where it is, as
 when a person tidies the table): at the start, on `request_reset()` (`robotrl twin` maps
-SIGUSR1 to it) and every `reset_every_s` if set. With `instruction` set, seeds whose scene
+SIGUSR1 to it; `deploy`/`actor --twin INFO` send it at each episode's reset period, as a
+person resets the table while the arm waits) and every `reset_every_s` if set. With `instruction` set, seeds whose scene
 asks for something else are skipped (the person sets the table to match what the policy is
 told: `deploy --task`).
 
 Each tick the task scores the scene (the judge a real arm's operator is); when the scene
 ends its outcome is logged and kept in `outcomes`: solved or not within the task's tick
-limit (the limit of the simulated benchmarks), counted only if the follower was driven on
-every tick of the scene. The twin cannot see a recorder's episode
+limit (the limit of the simulated benchmarks) while the follower was driven, counted only
+if it was driven from the scene's first tick without a gap (a command that finishes lets go
+of the arm: the scene's last ticks may be undriven). The twin cannot see a recorder's episode
 boundaries (a real arm has none on its bus either): for one scene per recorded episode,
 send SIGUSR1 between episodes or set `reset_every_s` near the episode length (the
-recorder's save time between episodes makes the two drift apart).
+recorder's save time between episodes makes the two drift apart). A scene laid out after
+an episode's first reading is a scene changed under the policy: a policy deployed through
+the server failed every such scene that it solved when laid out first (docs/results.md
+section 18).
 """
 
 from __future__ import annotations
@@ -126,7 +131,8 @@ class SceneOutcome:
     max_ticks: int
     """The task's tick limit: a success after it does not count."""
     driven: bool
-    """The follower was driven on every tick (a scene a command ran through)."""
+    """The follower was driven from the scene's first tick on, without a gap (the drive may
+    end before the scene does: the command finished); a scene a command ran through."""
 
     @property
     def success(self) -> bool:
@@ -188,7 +194,8 @@ class Twin:
         self.tick = 0
         self.outcomes: list[SceneOutcome] = []
         self._solved_tick: int | None = None
-        self._driven_ticks = 0
+        self._driven_ticks = 0  # the scene's first ticks the follower was driven on, without a gap
+        self._redriven = False  # driven again after a gap
 
     @property
     def info(self) -> TwinInfo:
@@ -250,10 +257,13 @@ class Twin:
             self.sim.hold()
         self._driven = driven
         self.task.on_tick(self.sim, self.tick)
+        leading = self._driven_ticks == self.tick  # driven on every tick of the scene so far
         self.tick += 1
-        self._driven_ticks += driven
-        if self._solved_tick is None and self.task.evaluate(self.sim).success:
-            self._solved_tick = self.tick
+        if driven:
+            self._driven_ticks += leading
+            self._redriven |= not leading
+            if self._solved_tick is None and self.task.evaluate(self.sim).success:
+                self._solved_tick = self.tick
         leader_rad = self._expert.act(q_rad) if driven and self._expert is not None else q_rad
         self.leader.set_present(dict(zip(ids, self.calibration.rad_to_raw(leader_rad).tolist())))
         if driven:
@@ -271,7 +281,7 @@ class Twin:
         self._end_scene()
         self.seed, instruction = self._next_scene(self.seed + 1)
         self.tick, self.scenes = 0, self.scenes + 1
-        self._solved_tick, self._driven_ticks = None, 0
+        self._solved_tick, self._driven_ticks, self._redriven = None, 0, False
         self._expert = None
         self._driven = False  # the expert restarts on the next driven tick
         log.info("twin: scene %d (seed %d): %s", self.scenes, self.seed, instruction)
@@ -296,7 +306,7 @@ class Twin:
         if not self.scenes:
             return
         outcome = SceneOutcome(
-            self.seed, self.tick, self._solved_tick, self.task.max_ticks, self._driven_ticks == self.tick > 0
+            self.seed, self.tick, self._solved_tick, self.task.max_ticks, self._driven_ticks > 0 and not self._redriven
         )
         self.outcomes.append(outcome)
         rate = self.config.rate_hz

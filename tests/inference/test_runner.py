@@ -97,3 +97,6 @@ def test_open_arm_refuses_a_policy_of_another_control_rate_and_sim_cameras():
         ArmConfig("so101", port="/dev/ttyACM0", cameras="{front: {type: opencv, index_or_path: 0}}")
     with pytest.raises(UserError, match="privileged simulation state"):
         open_arm(ArmConfig("so101", port="/dev/ttyACM0"), {"env_state_dim": 3})
+    for robot, seconds in (("so101", -1.0), ("sim", 5.0)):  # a simulated task resets its own scene
+        with pytest.raises(UserError, match="--reset-time-s is >= 0 s, and for real arms"):
+            ArmConfig(robot, port="/dev/ttyACM0" if robot != "sim" else None, reset_time_s=seconds)

@@ -46,3 +46,33 @@ def test_an_arm_task_needs_a_clock_to_move() -> None:
     env = TaskEnv("reach", cameras=())
     with pytest.raises(ValueError, match="needs the arm's clock"):
         ArmTask(env.robot, "x", None, np.zeros(6))
+
+
+def test_the_reset_period_holds_the_arm_at_the_start_pose_after_asking_for_the_next_scene() -> None:
+    env = TaskEnv("reach", cameras=())
+    env.begin(0)
+    start = np.array([0.4, -0.6, 0.8, 1.0, -0.5, 0.3])
+    asked: list[tuple[float, int]] = []  # (clock, commands so far) when the scene was asked for
+    task = ArmTask(
+        env.robot, "x", env.clock, start, reset_s=1.0, on_reset=lambda: asked.append((env.clock.now(), commands()))
+    )
+
+    def commands() -> int:
+        return env.robot.stats.commands
+
+    began_s = env.clock.now()
+    task.begin(0)
+    took_s = env.clock.now() - began_s
+    moved_s = np.pi * 0.6 / (2 * START_SPEED_RAD_S) + SETTLE_S
+    assert len(asked) == 1 and asked[0][0] - began_s == pytest.approx(moved_s, abs=0.07)  # after the move
+    assert took_s == pytest.approx(moved_s + 1.0, abs=0.07)  # then 1 s held: 30 commands at 30 Hz
+    assert commands() - asked[0][1] == 30
+    assert np.max(np.abs(env.robot.read().q_rad - start)) < NEAR_RAD  # still at the start pose
+    # Without a start pose the arm holds where it stands; a reset needs a clock and >= 0 s.
+    here = env.robot.read().q_rad
+    ArmTask(env.robot, "x", env.clock, reset_s=0.5).begin(1)
+    assert np.max(np.abs(env.robot.read().q_rad - here)) < NEAR_RAD
+    with pytest.raises(ValueError, match="needs the arm's clock"):
+        ArmTask(env.robot, "x", None, reset_s=1.0)
+    with pytest.raises(ValueError, match="reset_s must be >= 0"):
+        ArmTask(env.robot, "x", env.clock, reset_s=-1.0)

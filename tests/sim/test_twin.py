@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
 import signal
 import subprocess
@@ -171,7 +172,7 @@ def test_the_twin_scores_each_scene_a_command_drove_and_skips_those_the_instruct
     """A client copies the expert's leader onto the follower through lerobot's driver and
     `SafeRobot`. Scene 1 started before the client connected (not driven throughout); scene
     2, driven from its first tick, is solved within the task's limit; scene 3, the torque
-    switched off, is not. Seeds whose scene asks for another cube are skipped."""
+    switched off before it, is not. Seeds whose scene asks for another cube are skipped."""
     pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
     from robotrl.hardware.safety import SafeRobot
@@ -207,9 +208,8 @@ def test_the_twin_scores_each_scene_a_command_drove_and_skips_those_the_instruct
         twin.request_reset()
         until(lambda: twin.scenes == 2, 2.0)
         until(lambda: twin._solved_tick is not None, 15.0)
-        twin.request_reset()
-        until(lambda: twin.scenes == 3, 2.0)
         arm.disconnect()  # torque off: scene 3 runs undriven
+        twin.request_reset()
         time.sleep(0.5)
     finally:
         stop.set()
@@ -432,3 +432,36 @@ def test_lerobot_record_itself_on_the_twin_makes_a_dataset_robotrl_trains_on(tmp
     )
     np.testing.assert_allclose(frames.states, JointConvention(LEROBOT, "so101").to_radians(stored), atol=1e-6)
     assert np.ptp(frames.states[:, :5], axis=0).max() > 0.1  # the expert moved the arm (radians)
+
+
+def test_deploy_on_a_twin_lays_out_each_episodes_scene_before_its_first_reading(tmp_path: Path, tiny_flow) -> None:
+    """`deploy --twin INFO`: the arm's bus, cameras and calibration come from the twin's info
+    file, and each episode's reset period asks the twin for a new scene (SIGUSR1), so every
+    scene is driven from its episode's first reading on."""
+    tiny_flow(cameras=("front",)).save(tmp_path / "ckpt")
+    info_file = tmp_path / "twin.json"
+    proc, _ = start_twin(tmp_path, "--task", "reach", "--info", str(info_file))
+    try:
+        argv = [
+            "robotrl.cli",
+            "deploy",
+            "--robot",
+            "so101",
+            "--twin",
+            str(info_file),
+            "--policy",
+            str(tmp_path / "ckpt"),
+        ]
+        argv += ["--task", "touch the red ball", "--episodes", "2", "--max-seconds", "1"]
+        deployed = subprocess.run([sys.executable, "-m", *argv], env=ENV, capture_output=True, text=True, timeout=300)
+    finally:
+        stop_twin(proc)
+    assert deployed.returncode == 0, deployed.stderr[-3000:]
+    assert deployed.stderr.count("reset the scene: the episode starts in 0.3 s") == 2, deployed.stderr[-3000:]
+    log = (tmp_path / "twin.err").read_text()
+    ended = re.findall(r"scene (\d) \(seed \d+\) not solved in ([\d.]+) s(.*)", log)
+    assert [n for n, _, _ in ended] == ["1", "2", "3"], log[-3000:]  # the first scene, then one per episode
+    # Scene 2 is episode 1 (1 s) and the start of episode 2's reset period, driven on every tick;
+    # scene 3 is episode 2, driven until deploy let go of the arm: both count, the first does not.
+    assert 1.0 <= float(ended[1][1]) <= 2.0 and ended[1][2] == "" and ended[2][2] == "", ended
+    assert ended[0][2] == " (not driven throughout)" and "of 2 driven scenes solved" in log

@@ -1,0 +1,80 @@
+"""`estimate_env_state`: privileged state as a training target only, estimated from the
+cameras at deploy time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from toy_data import INSTRUCTIONS, TINY, toy_obs
+
+from robotrl.core.errors import ConfigError
+from robotrl.policies.loading import load_policy
+from robotrl.record.dataset import load_frames
+from robotrl.train.loss import ENV_LOSS_WEIGHT, ESTIMATE_NOISE, flow_matching_loss
+from robotrl.train.trainer import TrainConfig, Trainer, train
+
+
+def test_an_estimating_policys_fast_pathway_trains_on_the_true_state_blurred_and_its_estimate_on_its_own_error(
+    toy_dataset, tmp_path
+):
+    """`estimate_env_state` in training: the fast pathway reads env_state plus noise of std
+    ESTIMATE_NOISE (not the estimate, which fits the training scenes better than unseen
+    ones), and the estimate head is trained by its own error alone."""
+    root, _ = toy_dataset
+    frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "blur",
+        batch_size=256,
+        flow_samples=1,
+        policy={**TINY, "use_env_state": True, "estimate_env_state": True},
+    )
+    trainer = Trainer(cfg, frames=frames, progress=False)
+    batch, model, normalizer = trainer.batch(), trainer.model, trainer.normalizer
+    seen = []
+    fresh = normalizer.fresh
+    normalizer.fresh = lambda state, env, *rest: seen.append(env) or fresh(state, env, *rest)
+    flow_matching_loss(model, normalizer, batch, flow_samples=1).backward()
+    head = [p.grad.clone() for p in model.env_head.parameters()]
+    noise = (seen[0] - batch.env_state).numpy()
+    assert noise.std() == pytest.approx(ESTIMATE_NOISE, rel=0.1) and abs(noise.mean()) < 0.1 * ESTIMATE_NOISE
+    model.zero_grad()
+    estimate = model.estimate_env(model.encode_slow(batch.images, batch.tokens))
+    (ENV_LOSS_WEIGHT * ((estimate - normalizer.env(batch.env_state)) ** 2).mean()).backward()
+    for alone, total in zip((p.grad for p in model.env_head.parameters()), head, strict=True):
+        torch.testing.assert_close(alone, total)
+
+
+def test_a_policy_that_estimates_the_privileged_state_from_its_cameras_reads_none(toy_dataset, tmp_path):
+    """`estimate_env_state`: the privileged env_state is only a training target of the slow
+    pathway; the trained estimate tracks it (the square's position in the image, the
+    instruction's direction), the fast pathway uses the estimate, and the checkpoint reads
+    cameras and joints only, so it may run on a real arm."""
+    root, frames = toy_dataset
+    frames = load_frames(root, image_size_px=32, use_env_state=True, progress=False)
+    cfg = TrainConfig(
+        dataset=root,
+        out=tmp_path / "estimate",
+        steps=300,
+        batch_size=16,
+        lr=2e-3,
+        warmup_steps=20,
+        flow_samples=1,
+        policy={**TINY, "use_env_state": True, "estimate_env_state": True},
+    )
+    policy = train(cfg, frames=frames, progress=False).policy
+    assert policy.metadata.env_state_dim == 0  # nothing privileged on the wire
+    frame = 27  # episode 1 (direction -1), t = 7
+    obs = toy_obs(INSTRUCTIONS[1], 7)
+    obs.images = {cam: frames.images[cam][frame].permute(1, 2, 0).numpy() for cam in ("front", "wrist")}
+    latent = policy.encode_slow(obs)
+    estimate = policy.normalizer.env_from(policy.model.estimate_env(latent[None]).detach())[0].numpy()
+    np.testing.assert_allclose(estimate[:2], frames.env_states[frame][:2], atol=0.25)  # (0.35, -1.0)
+    assert obs.env_state is None and policy.predict_chunk(obs).actions_rad.shape == (TINY["horizon"], 6)
+    loaded = load_policy(tmp_path / "estimate")
+    assert loaded.metadata.env_state_dim == 0 and loaded.model.env_head is not None
+    from robotrl.policies.fastslow.config import FastSlowConfig
+
+    with pytest.raises(ConfigError, match="estimate_env_state needs use_env_state"):
+        FastSlowConfig(state_dim=6, action_dim=6, estimate_env_state=True)

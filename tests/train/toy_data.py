@@ -1,0 +1,88 @@
+"""The toy dataset the training tests share: two instructions, four 20-tick episodes from
+one start pose, written with the recorder's layout (two 32 px cameras, privileged state)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from robotrl.core.policy import PolicyObservation
+from robotrl.core.robot import CameraSpec, RobotSpec
+from robotrl.hardware.lerobot_arm.convention import RADIANS, JointConvention
+from robotrl.record import features as F
+from robotrl.record.writer import DatasetWriter
+
+TINY = {
+    "width": 32,
+    "cnn_channels": (8, 16, 16),
+    "expert_hidden": 64,
+    "expert_blocks": 2,
+    "horizon": 6,
+    "execute_steps": 3,
+    "image_size_px": 32,
+    "flow_steps": 4,
+    "max_words": 6,
+}
+"""A policy small enough to train in seconds."""
+S0 = np.array([0.0, -1.2, 1.1, 1.3, 0.0, 0.0])
+SIM_JOINTS = JointConvention(RADIANS, "so101")
+INSTRUCTIONS = ("move left", "move right")
+EPISODE_TICKS = 20
+
+
+def toy_spec() -> RobotSpec:
+    names = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+    return RobotSpec(
+        "so101",
+        names,
+        -3 * np.ones(6),
+        3 * np.ones(6),
+        5 * np.ones(6),
+        30.0,
+        cameras=(CameraSpec("front", 32, 32), CameraSpec("wrist", 32, 32)),
+    )
+
+
+def toy_image(t: int, direction: float) -> np.ndarray:
+    """A bright square that moves with time (the same for both instructions)."""
+    img = np.full((32, 32, 3), 60, np.uint8)
+    x = 2 + t
+    img[12:20, x : x + 6] = (230, 40, 40)
+    return img
+
+
+def write_toy_dataset(root, episodes: int = 4) -> None:
+    """Episodes alternate between the instructions; the arm moves joint 0 left (+) or
+    right (-) from the same start, so only the instruction tells the first chunk apart."""
+    writer = DatasetWriter(root, F.dataset_features(toy_spec(), SIM_JOINTS, env_state_dim=3), 30, SIM_JOINTS)
+    for ep in range(episodes):
+        direction = 1.0 if ep % 2 == 0 else -1.0
+        state = S0.copy()
+        for t in range(EPISODE_TICKS):
+            action = state + np.array([0.04 * direction, 0.01, -0.01, 0.0, 0.0, 0.0])
+            writer.add_frame(
+                {
+                    F.STATE: state.astype(np.float32),
+                    F.ACTION: action.astype(np.float32),
+                    F.TELEOP_ACTION: action.astype(np.float32),
+                    F.MEASURED_TIME: np.array([t / 30], np.float32),
+                    F.REWARD: np.zeros(1, np.float32),
+                    F.SUCCESS: np.array([t == EPISODE_TICKS - 1]),
+                    F.ENV_STATE: np.array([t / EPISODE_TICKS, direction, 0.0], np.float32),
+                    F.image_key("front"): toy_image(t, direction),
+                    F.image_key("wrist"): toy_image(t, direction)[::-1].copy(),
+                    "task": INSTRUCTIONS[ep % 2],
+                }
+            )
+            state = action
+        writer.save_episode()
+    writer.close()
+
+
+def toy_obs(instruction: str, t: int = 0, delay: int = 0) -> PolicyObservation:
+    return PolicyObservation(
+        state_rad=S0.copy(),
+        tick=t,
+        instruction=instruction,
+        delay_ticks=delay,
+        images={"front": toy_image(t, 1.0), "wrist": toy_image(t, 1.0)[::-1].copy()},
+    )
