@@ -38,6 +38,28 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
         default=field_default(ArmConfig, "scenario"),
         help="sim: nominal or shifted physics (default: %(default)s)",
     )
+    _add_real_arm_arguments(parser)
+    add_fleet_arguments(parser)
+    parser.add_argument(
+        "--mode",
+        default=field_default(ExecutorConfig, "mode"),
+        help=f"execution mode: {', '.join(MODES)} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=field_default(ActorJob, "episodes"),
+        help="episodes to run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=field_default(ActorJob, "seed"), help="sim: seed of the first episode"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=field_default(ActorJob, "max_seconds"), help="longest episode in seconds"
+    )
+
+
+def _add_real_arm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", help="real arm: serial port of the follower")
     parser.add_argument("--cameras", default=field_default(ArmConfig, "cameras"), help=CAMERAS_HELP)
     parser.add_argument(
@@ -57,24 +79,6 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
         default=field_default(ArmConfig, "reset_time_s"),
         help="real arm: seconds it holds still before each episode, after the move to the policy's start pose, "
         "while you reset the scene (default: %(default)s)",
-    )
-    add_fleet_arguments(parser)
-    parser.add_argument(
-        "--mode",
-        default=field_default(ExecutorConfig, "mode"),
-        help=f"execution mode: {', '.join(MODES)} (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--episodes",
-        type=int,
-        default=field_default(ActorJob, "episodes"),
-        help="episodes to run (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=field_default(ActorJob, "seed"), help="sim: seed of the first episode"
-    )
-    parser.add_argument(
-        "--max-seconds", type=float, default=field_default(ActorJob, "max_seconds"), help="longest episode in seconds"
     )
 
 
