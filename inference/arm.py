@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -161,12 +162,10 @@ def open_arm(
         joints = robot.spec.num_joints
         raise UserError(f"the policy's start pose has {len(start)} joints, the {config.robot} arm has {joints}")
     start_rad = None if start is None else np.asarray(start, np.float64)
-    if twin_pid is None:
-        task = ArmTask(robot, config.task, clock, start_rad, config.reset_time_s)
-    else:
-        reset_s = max(config.reset_time_s, TWIN_SCENE_S)
-        task = ArmTask(robot, config.task, clock, start_rad, reset_s, on_reset=lambda: next_twin_scene(twin_pid))
-    return OpenArm(robot, task, clock)
+    reset_s, on_reset = config.reset_time_s, None
+    if twin_pid is not None:  # the twin lays out each episode's scene
+        reset_s, on_reset = max(reset_s, TWIN_SCENE_S), partial(next_twin_scene, twin_pid)
+    return OpenArm(robot, ArmTask(robot, config.task, clock, start_rad, reset_s, on_reset), clock)
 
 
 def twin_resources(info: Path) -> tuple[str, str, str, int]:

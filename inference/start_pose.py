@@ -56,10 +56,8 @@ def move_to_start(robot: SafeRobot, clock: Clock, start_rad: np.ndarray) -> floa
     if np.max(np.abs(q - start)) <= NEAR_RAD:
         log.info("the arm is at the policy's start pose")
         return 0.0
-    rate, began_s = Rate(clock, rate_hz), clock.now()
-    for row in path_to(q, start, START_SPEED_RAD_S, 1.0 / rate_hz):
-        robot.command(row)
-        rate.sleep()
+    began_s = clock.now()
+    _drive(robot, clock, path_to(q, start, START_SPEED_RAD_S, 1.0 / rate_hz))
     hold_still(robot, clock, start, SETTLE_S)
     took_s = clock.now() - began_s
     log.info("moved to the policy's start pose in %.1f s", took_s)
@@ -69,8 +67,13 @@ def move_to_start(robot: SafeRobot, clock: Clock, start_rad: np.ndarray) -> floa
 def hold_still(robot: SafeRobot, clock: Clock, target_rad: np.ndarray, seconds: float) -> None:
     """Command (J,) `target_rad` at the control rate for `seconds` (at least one tick when
     `seconds` > 0): the servos settle on it, and `SafeRobot`'s watchdog sees commands."""
-    rate_hz = robot.spec.control_rate_hz
-    rate = Rate(clock, rate_hz)
-    for _ in range(math.ceil(seconds * rate_hz)):
-        robot.command(target_rad)
+    ticks = math.ceil(seconds * robot.spec.control_rate_hz)
+    _drive(robot, clock, np.repeat(np.asarray(target_rad, np.float64)[None], ticks, axis=0))
+
+
+def _drive(robot: SafeRobot, clock: Clock, rows: np.ndarray) -> None:
+    """Command the (N, J) `rows` one per tick at the robot's control rate on `clock`."""
+    rate = Rate(clock, robot.spec.control_rate_hz)
+    for row in rows:
+        robot.command(row)
         rate.sleep()
