@@ -15,7 +15,7 @@ import numpy as np
 from robotrl.core.policy import PolicyObservation
 from robotrl.core.robot import RobotState
 from robotrl.hardware.safety import SafeRobot
-from robotrl.inference.executor import ChunkSource, ReceivedChunk, TickRecord
+from robotrl.inference.executor import ChunkSource, PastFrames, ReceivedChunk, TickRecord
 
 ACT_DECAY = 0.01
 """ACT's m in w_i = exp(-m i)."""
@@ -47,9 +47,12 @@ class EnsembleExecutor:
     intervener = None
     """Never intervened (a benchmark baseline)."""
 
-    def __init__(self, robot: SafeRobot, source: ChunkSource, *, decay: float = ACT_DECAY) -> None:
+    def __init__(
+        self, robot: SafeRobot, source: ChunkSource, *, decay: float = ACT_DECAY, past_frame_ticks: int = 0
+    ) -> None:
         ensemble_weights(1, decay)  # validates decay
         self.robot, self.source, self.decay = robot, source, decay
+        self.past_frames = PastFrames(past_frame_ticks)
         self.begin_episode("")
 
     def begin_episode(self, instruction: str, start_tick: int = 0) -> None:
@@ -60,6 +63,7 @@ class EnsembleExecutor:
         self.received: list[ReceivedChunk] = []
         self._predictions: dict[int, list[tuple[int, np.ndarray]]] = {}  # tick -> [(chunk index, row)]
         self._hold_rad: np.ndarray | None = None
+        self.past_frames.clear()
 
     @property
     def pauses(self) -> int:
@@ -72,12 +76,13 @@ class EnsembleExecutor:
         now = self.now_tick
         if self._hold_rad is None:
             self._hold_rad = np.array(measured.q_rad, dtype=np.float64)
+        self.past_frames.push(measured.images)
         self.source.request(
             PolicyObservation(
                 state_rad=np.array(measured.q_rad, dtype=np.float64),
                 tick=now,
                 instruction=self.instruction,
-                images=dict(measured.images),
+                images=self.past_frames.images(measured.images),
                 env_state=env_state,
             )
         )

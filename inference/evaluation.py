@@ -41,7 +41,8 @@ def evaluation_episode(
     episode runner on `env`'s clock; the result and the source (its timings and latents)."""
     policy.reset()
     source = LocalChunkSource(policy, 0, seed=seed, slow_every=slow_every)
-    executor = Executor(env.robot, source, policy.metadata.horizon, config)
+    meta = policy.metadata
+    executor = Executor(env.robot, source, meta.horizon, config, past_frame_ticks=meta.past_frame_ticks)
     return EpisodeRunner(env.robot, env, executor, env.clock).run(seed), source
 
 
@@ -110,5 +111,6 @@ def evaluate(
 
 def policy_inputs(meta: PolicyMetadata) -> list[str]:
     """What the policy reads, e.g. ["joints (6)", "camera front 64 px", "sim state (9): sim only"]."""
-    inputs = [f"joints ({meta.state_dim})"] + [f"camera {cam} {meta.image_size_px} px" for cam in meta.cameras]
+    past = f" + its frame {meta.past_frame_ticks} ticks earlier" if meta.past_frame_ticks else ""
+    inputs = [f"joints ({meta.state_dim})"] + [f"camera {cam} {meta.image_size_px} px{past}" for cam in meta.cameras]
     return inputs + ([f"sim state ({meta.env_state_dim}): sim only"] if meta.env_state_dim else [])

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
-from robotrl.core.policy import ActionChunk, ChunkPolicy, PolicyObservation, SlowFastPolicy
+from robotrl.core.policy import ActionChunk, ChunkPolicy, PolicyObservation, SlowFastPolicy, past_image_key
 from robotrl.core.robot import RobotState
 from robotrl.core.task import Intervener
 from robotrl.hardware.safety import SafeRobot
@@ -204,6 +205,35 @@ class ReceivedChunk:
     dropped_rows: int
 
 
+class PastFrames:
+    """The camera frames of the last G + 1 ticks of an episode, for a policy that reads
+    each camera's frame from G ticks earlier too (`PolicyMetadata.past_frame_ticks`).
+    Frames are copied: a camera driver may fill the same buffer on every read."""
+
+    def __init__(self, past_frame_ticks: int) -> None:
+        if past_frame_ticks < 0:
+            raise ValueError(f"past_frame_ticks must be >= 0, got {past_frame_ticks}")
+        self.ticks = past_frame_ticks
+        self._frames: deque[dict[str, np.ndarray]] = deque(maxlen=past_frame_ticks + 1)
+
+    def clear(self) -> None:
+        self._frames.clear()
+
+    def push(self, images: dict[str, np.ndarray]) -> None:
+        """This tick's frames (call once per tick, before `images`)."""
+        if self.ticks:
+            self._frames.append({cam: np.array(frame) for cam, frame in images.items()})
+
+    def images(self, images: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`images` (this tick's frames) and, with G > 0, each camera's frame of G ticks
+        earlier under `past_image_key` (the episode's first frame until G ticks have passed)."""
+        out = dict(images)
+        if self.ticks and self._frames:
+            past = self._frames[0]
+            out.update({past_image_key(cam): past[cam] for cam in images if cam in past})
+        return out
+
+
 def step_limit_rad(robot: SafeRobot) -> np.ndarray:
     """(J,) per-tick step the safety layer allows: velocity limit x period x the
     `SafeRobot` velocity scale."""
@@ -222,6 +252,8 @@ class Executor:
         initial_delay_ticks: the delay estimate d at the start of every episode.
         intervener: who may take over (called every tick), or None.
         lost_errors: exception types of `source` meaning "server lost": hold, retry later.
+        past_frame_ticks: G of the policy (`PolicyMetadata.past_frame_ticks`): each request
+            also carries every camera's frame of G ticks earlier.
 
     Attributes:
         trace: one `TickRecord` per tick of the current episode, for benchmarks.
@@ -241,6 +273,7 @@ class Executor:
         initial_delay_ticks: int = 0,
         intervener: Intervener | None = None,
         lost_errors: tuple[type[BaseException], ...] = (),
+        past_frame_ticks: int = 0,
     ) -> None:
         s = horizon if config.execute_horizon is None else min(config.execute_horizon, horizon)
         if horizon <= 0:
@@ -254,6 +287,7 @@ class Executor:
         self.max_step_rad = step_limit_rad(robot)
         self.lost = False
         self.stale_replies = 0
+        self.past_frames = PastFrames(past_frame_ticks)
         self.begin_episode("")
 
     def begin_episode(self, instruction: str, start_tick: int = 0) -> None:
@@ -270,6 +304,7 @@ class Executor:
         self._in_flight: tuple[int, int] | None = None  # (request tick, d sent)
         self._hold_rad: np.ndarray | None = None
         self._unexecuted: np.ndarray | None = None  # sync+rtc: rows of the last chunk not executed
+        self.past_frames.clear()
 
     # -- control loop ---------------------------------------------------------------------
     def tick(self, state: RobotState, env_state: np.ndarray | None = None) -> TickRecord:
@@ -278,6 +313,7 @@ class Executor:
         now = self.now_tick
         if self._hold_rad is None:
             self._hold_rad = np.array(state.q_rad, dtype=np.float64)
+        self.past_frames.push(state.images)
         row, origin = self._next_row(now, state, env_state)
         human = None
         if self.intervener is not None:
@@ -365,7 +401,7 @@ class Executor:
             state_rad=np.array(measured.q_rad, dtype=np.float64),
             tick=now,
             instruction=self.instruction,
-            images=dict(measured.images),
+            images=self.past_frames.images(measured.images),
             env_state=env_state,
         )
         if self.mode == "sync+rtc" and self._unexecuted is not None and len(self._unexecuted):

@@ -197,4 +197,5 @@ def remote_executor(
         initial_delay_ticks=first,
         intervener=intervener,
         lost_errors=(WireError,),
+        past_frame_ticks=int(server_info.get("past_frame_ticks", 0)),
     )

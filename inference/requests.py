@@ -29,7 +29,7 @@ def request_problem(req: ObservationRequest, meta: PolicyMetadata) -> str | None
         None
         if 0 <= req.delay_ticks <= MAX_DELAY_TICKS
         else f"delay_ticks {req.delay_ticks} not in 0..{MAX_DELAY_TICKS}",
-        _images_problem(req.images, meta.cameras),
+        _images_problem(req.images, meta.image_keys),
         _env_state_problem(req.env_state, meta.env_state_dim),
     )
     return next((c for c in checks if c is not None), None)
@@ -55,11 +55,11 @@ def _rows_problem(name: str, value: object, joints: int) -> str | None:
     return _array_problem(name, value, (len(value), joints))
 
 
-def _images_problem(images: dict, cameras: tuple[str, ...]) -> str | None:
-    for camera in cameras:
+def _images_problem(images: dict, keys: tuple[str, ...]) -> str | None:
+    for camera in keys:
         image = images.get(camera)
         if image is None:
-            return f"no image from camera {camera!r} (the policy reads {list(cameras)}, got {sorted(images)})"
+            return f"no image from camera {camera!r} (the policy reads {list(keys)}, got {sorted(images)})"
         if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
             shape = getattr(image, "shape", None)
             return f"image {camera!r} must be an (H, W, 3) uint8 array, got {shape} {getattr(image, 'dtype', '')}"

@@ -246,7 +246,7 @@ class PolicyServer:
         obs = PolicyObservation(
             state_rad=np.zeros(meta.state_dim),
             tick=0,
-            images={cam: np.zeros((meta.image_size_px, meta.image_size_px, 3), np.uint8) for cam in meta.cameras},
+            images={key: np.zeros((meta.image_size_px, meta.image_size_px, 3), np.uint8) for key in meta.image_keys},
             env_state=np.zeros(meta.env_state_dim, np.float32) if meta.env_state_dim else None,
         )
         times_ms = []
@@ -272,6 +272,7 @@ class PolicyServer:
             "control_rate_hz": self.policy.metadata.control_rate_hz,
             "rtc": self.policy.metadata.follows_rtc_prefix,
             "start_state_rad": list(self.policy.metadata.start_state_rad),
+            "past_frame_ticks": self.policy.metadata.past_frame_ticks,
         }
         try:
             server = ServerSocket(

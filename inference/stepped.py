@@ -138,7 +138,9 @@ def run_stepped_episode(
     policy.reset()
     source = LocalChunkSource(policy, delay_ticks, seed=seed, slow_every=slow_every)
     if mode == "ensemble":
-        executor: Executor | EnsembleExecutor = EnsembleExecutor(env.robot, source)
+        executor: Executor | EnsembleExecutor = EnsembleExecutor(
+            env.robot, source, past_frame_ticks=policy.metadata.past_frame_ticks
+        )
     else:
         config = ExecutorConfig(mode, threshold, execute_horizon, lag_deadband_rad)
         executor = Executor(
@@ -148,6 +150,7 @@ def run_stepped_episode(
             config,
             initial_delay_ticks=initial_delay_ticks,
             intervener=intervener,
+            past_frame_ticks=policy.metadata.past_frame_ticks,
         )
     return EpisodeRunner(env.robot, env, executor, env.clock).run(seed)
 

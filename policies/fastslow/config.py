@@ -36,6 +36,10 @@ class FastSlowConfig:
     """Camera names read by the slow pathway, in order."""
     image_size_px: int = 64
     """Images are resized to this square size before the image encoder."""
+    past_frame_ticks: int = 0
+    """G > 0: each camera's encoder also reads that camera's frame from G ticks earlier
+    (stacked on the channels), so the latent can see motion, e.g. the ball's velocity on
+    `track`; 0: the newest frame only."""
     use_env_state: bool = False
     """Give the fast pathway the privileged `env_state` (sim only) as a fresh feature."""
     env_state_dim: int = 0
@@ -128,6 +132,10 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.relative_objects needs env_object_dim >= 3 and ee_features_arm")
         if len(self.cnn_channels) < 2:
             raise ConfigError("FastSlowConfig.cnn_channels needs at least 2 layers")
+        if self.past_frame_ticks < 0 or (self.past_frame_ticks and not self.cameras):
+            raise ConfigError(
+                f"FastSlowConfig.past_frame_ticks ({self.past_frame_ticks}) must be >= 0, and > 0 only with cameras"
+            )
         if self.max_age_ticks < 0:
             raise ConfigError("FastSlowConfig.max_age_ticks must be >= 0")
         if self.start_state_rad and len(self.start_state_rad) != self.state_dim:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from robotrl.core.errors import ConfigError
-from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation, past_image_key
 from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
 from robotrl.policies.device import load_staged, module_device, stage_tensors, to_device, torch_device
@@ -104,6 +104,7 @@ class FastSlowPolicy:
             c.env_state_dim if c.reads_env_state else 0,
             c.execute_steps,
             start_state_rad=c.start_state_rad,
+            past_frame_ticks=c.past_frame_ticks,
         )
 
     def reset(self) -> None:
@@ -114,7 +115,7 @@ class FastSlowPolicy:
         """Slow pathway: (T, W) latent tokens (on the model's device) from `obs.images` and
         `obs.instruction`."""
         device = self.device
-        images = [to_device(self._image(obs, cam), device) for cam in self.config.cameras]
+        images = [to_device(self._camera(obs, cam), device) for cam in self.config.cameras]
         tokens = torch.from_numpy(self.vocab.encode(obs.instruction, self.config.max_words))[None]
         return self.model.encode_slow(images, tokens.to(device))[0]
 
@@ -263,6 +264,13 @@ class FastSlowPolicy:
         if env.shape != (self.config.env_state_dim,):
             raise ValueError(f"env_state has shape {env.shape}, expected ({self.config.env_state_dim},)")
         return torch.from_numpy(env)[None]
+
+    def _camera(self, obs: PolicyObservation, camera: str) -> torch.Tensor:
+        """(1, 3 F, S, S) uint8: the camera's frame, and its past frame when the policy reads one."""
+        newest = self._image(obs, camera)
+        if not self.config.past_frame_ticks:
+            return newest
+        return torch.cat([newest, self._image(obs, past_image_key(camera))], dim=1)
 
     def _image(self, obs: PolicyObservation, camera: str) -> torch.Tensor:
         if camera not in obs.images:

@@ -40,11 +40,12 @@ class SpatialSoftArgmax(nn.Module):
 
 class ImageEncoder(nn.Module):
     """One camera: conv stack (first two layers stride 2), FiLM on the last layer from
-    the text token, keypoints + average pool -> one token of `width`."""
+    the text token, keypoints + average pool -> one token of `width`. `frames` images of
+    the camera are stacked on the channels (the newest first)."""
 
-    def __init__(self, channels: tuple[int, ...], width: int) -> None:
+    def __init__(self, channels: tuple[int, ...], width: int, frames: int = 1) -> None:
         super().__init__()
-        layers, c_in = [], 3
+        layers, c_in = [], 3 * frames
         for i, c in enumerate(channels):
             k, stride = (5, 2) if i == 0 else (3, 2 if i == 1 else 1)
             layers.append(nn.Conv2d(c_in, c, k, stride, padding=k // 2))
@@ -93,14 +94,16 @@ class SlowEncoder(nn.Module):
         super().__init__()
         self.cameras = config.cameras
         self.text = TextEncoder(vocab_size, config.max_words, config.width)
-        self.images = nn.ModuleList(ImageEncoder(config.cnn_channels, config.width) for _ in config.cameras)
+        frames = 2 if config.past_frame_ticks else 1
+        self.images = nn.ModuleList(ImageEncoder(config.cnn_channels, config.width, frames) for _ in config.cameras)
 
     @property
     def num_tokens(self) -> int:
         return 1 + len(self.cameras)
 
     def forward(self, images_u8: list[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
-        """images_u8: per camera (B, 3, S, S) uint8; tokens: (B, L) -> (B, 1 + cams, width)."""
+        """images_u8: per camera (B, 3 F, S, S) uint8 (F = 2 with past frames: the newest
+        frame's channels first); tokens: (B, L) -> (B, 1 + cams, width)."""
         text = self.text(tokens)
         cams = [enc(img, text) for enc, img in zip(self.images, images_u8)]
         return torch.stack([text, *cams], dim=1)

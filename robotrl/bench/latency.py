@@ -234,7 +234,8 @@ def notes(setup: BenchSetup, s: int, horizon: int, dt_s: float, episodes: int, w
         "with delta = mean d * dt.",
         f"reaction: median over episodes of the first tick at or after the reach target jump at which the "
         f"commanded end effector (pinocchio FK of the executed targets) moves toward the new target at >= "
-        f"{setup.reaction_speed_m_s} m/s, minus the jump tick; undefined when already moving that way before it.",
+        f"{setup.reaction_speed_m_s} m/s, minus the jump tick; undefined when the arm was still moving "
+        "(at that speed) the tick before the jump.",
         "stale: tick executed - observation tick per executed action (ensemble: weighted mean of the "
         "contributing observations). disc/jerk ratio: medians over episodes on the requested targets (before "
         "the safety clamp); undefined for ensemble (every tick is a new chunk) and when every tick switches.",

@@ -33,7 +33,9 @@ def reaction_ticks(
 
     Returns:
         Ticks, or None when the arm never moved toward the target after the jump, or was
-        already moving toward it at t_e - 1 (no way to tell a reaction from a coincidence).
+        still moving at t_e - 1 (at >= `min_speed_m_s` in any direction: a motion begun
+        before the jump can carry the arm toward the new target by coincidence, which
+        would count as a reaction faster than the inference delay allows).
     """
     ee = np.asarray(ee_m, dtype=np.float64)
     if not 1 <= event_tick < len(ee):
@@ -43,7 +45,7 @@ def reaction_ticks(
     velocity = np.diff(ee, axis=0) / dt_s  # row k - 1 is v_k
     toward = np.einsum("ij,ij->i", velocity, to_target) / np.maximum(distance, 1e-12)
     moving = toward >= min_speed_m_s  # index k - 1 for tick k
-    if event_tick >= 2 and moving[event_tick - 2]:
+    if event_tick >= 2 and np.linalg.norm(velocity[event_tick - 2]) >= min_speed_m_s:
         return None
     hits = np.flatnonzero(moving[event_tick - 1 :])
     return int(hits[0]) if len(hits) else None

@@ -23,7 +23,7 @@ from robotrl.wire.messages import ChunkReply, ObservationRequest
 def _images(policy: ChunkPolicy, rng: np.random.Generator) -> dict[str, np.ndarray]:
     meta = policy.metadata
     size = meta.image_size_px
-    return {cam: rng.integers(0, 255, (size, size, 3), dtype=np.uint8) for cam in meta.cameras}
+    return {cam: rng.integers(0, 255, (size, size, 3), dtype=np.uint8) for cam in meta.image_keys}
 
 
 def _request(

@@ -31,6 +31,13 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cameras", default="front,wrist", help="comma-separated cameras (default: front,wrist)")
     add_field(
         parser,
+        "--past-frame-ticks",
+        FastSlowConfig,
+        "G > 0: each camera's encoder also reads that camera's frame from G ticks earlier, so the policy can "
+        "see motion (a moving ball's velocity); 0: the newest frame only",
+    )
+    add_field(
+        parser,
         "--action-mode",
         FastSlowConfig,
         "expert output parameterisation, normalised: delta = rows minus "
@@ -152,6 +159,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         "horizon": args.horizon,
         "execute_steps": args.execute_steps,
         "image_size_px": args.image_size,
+        "past_frame_ticks": args.past_frame_ticks,
         "cameras": tuple(c for c in args.cameras.split(",") if c),
         "use_env_state": args.env_state,
         "estimate_env_state": args.estimate_env_state,

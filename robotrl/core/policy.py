@@ -43,6 +43,21 @@ class PolicyMetadata:
     start_state_rad: tuple[float, ...] = ()
     """(state_dim,) where the training episodes started, radians: a real arm is moved there
     before each episode; () unknown (the arm starts where it stands)."""
+    past_frame_ticks: int = 0
+    """G: the policy also reads each camera's frame from G ticks before the observation,
+    under `past_image_key(camera)` (motion a single frame cannot show); 0: none."""
+
+    @property
+    def image_keys(self) -> tuple[str, ...]:
+        """Every key the policy reads in `PolicyObservation.images`: the cameras, then
+        their past frames when it reads them."""
+        past = tuple(past_image_key(c) for c in self.cameras) if self.past_frame_ticks else ()
+        return self.cameras + past
+
+
+def past_image_key(camera: str) -> str:
+    """Key in `PolicyObservation.images` of `camera`'s frame `past_frame_ticks` earlier."""
+    return f"{camera}@past"
 
 
 @dataclass
@@ -54,7 +69,9 @@ class PolicyObservation:
     """Absolute control tick at which the observation was captured."""
     instruction: str = ""
     images: dict[str, np.ndarray] = field(default_factory=dict)
-    """Camera name -> (H, W, 3) uint8, captured at `tick` (may be stale)."""
+    """Camera name -> (H, W, 3) uint8, captured at `tick` (may be stale); for a policy
+    with `past_frame_ticks` G also `past_image_key(name)` -> the frame of `tick - G` (the
+    episode's first frame when it began less than G ticks ago)."""
     env_state: np.ndarray | None = None
     """Optional privileged features (sim only)."""
     delay_ticks: int = 0

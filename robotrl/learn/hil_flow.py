@@ -220,6 +220,11 @@ class HilFlow:
     ) -> None:
         c = policy.config
         check_policy_spec(spec, c)
+        if c.past_frame_ticks:
+            raise ConfigError(
+                f"hil-flow cannot train a policy that reads past frames (past_frame_ticks {c.past_frame_ticks}): "
+                "transitions carry each tick's newest frames only"
+            )
         missing = sorted(set(c.cameras) - set(spec.cameras))
         if missing or (c.use_env_state and spec.env_state_dim != c.env_state_dim):
             raise ConfigError(

@@ -39,6 +39,7 @@ from robotrl.train.loss import Batch, flow_matching_loss
 from robotrl.train.sampling import (
     chunk_indices,
     conditioning_state_rows,
+    delayed_frame_index,
     forward_noise,
     sample_examples,
     tick_motion_std,
@@ -260,7 +261,12 @@ class Trainer:
             cfg.k_zero_prob,
         )
         image_idx = torch.from_numpy(idx.image)
-        images = [self._shift(to_device(f.images[cam][image_idx], self.device)) for cam in c.cameras]
+        frames = [image_idx]
+        if c.past_frame_ticks:  # the same camera G frames earlier (the episode's first frame at its start)
+            past = delayed_frame_index(idx.image, c.past_frame_ticks, f.episode_start[idx.image])
+            frames.append(torch.from_numpy(past))
+        stacked = [torch.cat([f.images[cam][i] for i in frames], dim=1) for cam in c.cameras]
+        images = [self._shift(to_device(x, self.device)) for x in stacked]
         env_state = None
         if c.use_env_state:
             assert f.env_states is not None  # frames are loaded (or checked) with env states for such a config
@@ -289,18 +295,19 @@ class Trainer:
         ).to(self.device)
 
     def _shift(self, images: torch.Tensor) -> torch.Tensor:
-        """(N, 3, h, w) uint8 shifted by up to `shift_px` each way (replicate padding),
-        offsets drawn from the numpy RNG, the shift done where the images are."""
+        """(N, C, h, w) uint8 shifted by up to `shift_px` each way (replicate padding; the
+        frames stacked on C move together), offsets drawn from the numpy RNG, the shift done
+        where the images are."""
         s = self.cfg.shift_px
         if s == 0:
             return images
-        n, _, h, w = images.shape
+        n, channels, h, w = images.shape
         padded = torch.nn.functional.pad(images.float(), (s, s, s, s), mode="replicate").to(torch.uint8)
         dx, dy = self.rng.integers(0, 2 * s + 1, n), self.rng.integers(0, 2 * s + 1, n)
         d = images.device
         rows = torch.from_numpy(dy).to(d)[:, None] + torch.arange(h, device=d)  # (N, h)
         cols = torch.from_numpy(dx).to(d)[:, None] + torch.arange(w, device=d)  # (N, w)
-        pick = (torch.arange(n, device=d)[:, None, None, None], torch.arange(3, device=d)[None, :, None, None])
+        pick = (torch.arange(n, device=d)[:, None, None, None], torch.arange(channels, device=d)[None, :, None, None])
         return padded[pick[0], pick[1], rows[:, None, :, None], cols[:, None, None, :]]
 
     def _next_batch(self) -> Batch:

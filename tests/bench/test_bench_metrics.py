@@ -54,6 +54,15 @@ def test_reaction_time_golden_on_a_synthetic_trace():
     assert reaction_ticks(_ee_trace(8, [math.sqrt(0.5), math.sqrt(0.5), 0.0]), target, 5, dt) == 3
     # already heading there at tick 4 (before the jump): a reaction cannot be told apart
     assert reaction_ticks(_ee_trace(2, [1.0, 0.0, 0.0]), target, 5, dt) is None
+    # still moving sideways at tick 4, then turning toward the target at tick 6 (1 tick after
+    # the jump, faster than any inference delay): the old motion may have turned on its own
+    turning = _ee_trace(2, [0.0, 1.0, 0.0])
+    turning[6:] = turning[5] + _ee_trace(0, [1.0, 0.0, 0.0], ticks=6)
+    assert reaction_ticks(turning, target, 5, dt) is None
+    settled = _ee_trace(2, [0.0, 1.0, 0.0])
+    settled[4:] = settled[3]  # came to rest at tick 4, then moves toward the target at 8
+    settled[8:] = settled[7] + _ee_trace(0, [1.0, 0.0, 0.0], ticks=4)
+    assert reaction_ticks(settled, target, 5, dt) == 3
     assert reaction_ticks(ee, target, 0, dt) is None and reaction_ticks(ee, target, 12, dt) is None
 
 

@@ -294,3 +294,44 @@ def test_executor_config_rejects_a_deadband_outside_vlash_and_unknown_modes():
         ExecutorConfig("vlash", lag_deadband_rad=-0.1)
     with pytest.raises(ValueError, match="unknown mode 'warp'"):
         ExecutorConfig("warp")
+
+
+@pytest.mark.parametrize("mode", ["vlash", "ensemble"])
+def test_a_policy_reading_past_frames_gets_each_cameras_frame_from_g_ticks_earlier(env, mode):
+    """past_frame_ticks G = 3: every request carries each camera's frame of tick - 3 under
+    `past_image_key`, the episode's first frame until 3 ticks have passed, and a new
+    episode starts its history afresh."""
+    from robotrl.inference.ensemble import EnsembleExecutor
+
+    class Recording:
+        def __init__(self) -> None:
+            self.seen: list[PolicyObservation] = []
+
+        def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+            self.seen.append(obs)
+            return ActionChunk(np.repeat(env.robot.read().q_rad[None], H, axis=0), obs.tick + obs.delay_ticks)
+
+    def frames(tick: int) -> dict[str, np.ndarray]:  # grey level = tick, so a frame says which tick it was
+        return {cam: np.full((4, 4, 3), 10 * tick + i, np.uint8) for i, cam in enumerate(("front", "wrist"))}
+
+    policy = Recording()
+    source = LocalChunkSource(policy, 0)
+    if mode == "ensemble":
+        executor = EnsembleExecutor(env.robot, source, past_frame_ticks=3)
+    else:
+        executor = Executor(env.robot, source, H, ExecutorConfig(mode, threshold=1.0), past_frame_ticks=3)
+    env.reset(0)
+    q = env.robot.read().q_rad
+    for episode in range(2):
+        executor.begin_episode("follow the red ball", start_tick=0)
+        policy.seen.clear()
+        for tick in range(12):
+            executor.tick(RobotState(q, 0.0, images=frames(tick)))
+        assert len(policy.seen) >= 3, episode
+        for obs in policy.seen:
+            past = max(obs.tick - 3, 0)
+            assert set(obs.images) == {"front", "wrist", "front@past", "wrist@past"}
+            assert obs.images["front"][0, 0, 0] == 10 * obs.tick and obs.images["wrist"][0, 0, 0] == 10 * obs.tick + 1
+            assert obs.images["front@past"][0, 0, 0] == 10 * past, (episode, obs.tick)
+            assert obs.images["wrist@past"][0, 0, 0] == 10 * past + 1
+        assert any(obs.tick > 3 for obs in policy.seen) and policy.seen[0].tick == 0

@@ -59,23 +59,55 @@ def write_toy_dataset(root, episodes: int = 4) -> None:
         state = S0.copy()
         for t in range(EPISODE_TICKS):
             action = state + np.array([0.04 * direction, 0.01, -0.01, 0.0, 0.0, 0.0])
-            writer.add_frame(
-                {
-                    F.STATE: state.astype(np.float32),
-                    F.ACTION: action.astype(np.float32),
-                    F.TELEOP_ACTION: action.astype(np.float32),
-                    F.MEASURED_TIME: np.array([t / 30], np.float32),
-                    F.REWARD: np.zeros(1, np.float32),
-                    F.SUCCESS: np.array([t == EPISODE_TICKS - 1]),
-                    F.ENV_STATE: np.array([t / EPISODE_TICKS, direction, 0.0], np.float32),
-                    F.image_key("front"): toy_image(t, direction),
-                    F.image_key("wrist"): toy_image(t, direction)[::-1].copy(),
-                    "task": INSTRUCTIONS[ep % 2],
-                }
-            )
+            env_state = np.array([t / EPISODE_TICKS, direction, 0.0], np.float32)
+            _add_frame(writer, t, state, action, toy_image(t, direction), INSTRUCTIONS[ep % 2], env_state)
             state = action
         writer.save_episode()
     writer.close()
+
+
+def motion_image(x: int) -> np.ndarray:
+    """The bright square with its left edge at column `x`."""
+    img = np.full((32, 32, 3), 60, np.uint8)
+    img[12:20, x : x + 6] = (230, 40, 40)
+    return img
+
+
+def motion_x(t: int, direction: float) -> int:
+    """The square's column at tick t: 1 px a tick rightward (+1) or leftward (-1) over
+    the same columns 4..23, so one frame does not tell the direction."""
+    return 4 + t if direction > 0 else 23 - t
+
+
+def write_motion_dataset(root, episodes: int = 4) -> None:
+    """One instruction and a still arm (state always S0); the action offsets joint 0 by
+    +-0.3 rad with the direction the square moves, which only two frames show."""
+    writer = DatasetWriter(root, F.dataset_features(toy_spec(), SIM_JOINTS, env_state_dim=3), 30, SIM_JOINTS)
+    for ep in range(episodes):
+        direction = 1.0 if ep % 2 == 0 else -1.0
+        action = S0 + np.array([0.3 * direction, 0.0, 0.0, 0.0, 0.0, 0.0])
+        for t in range(EPISODE_TICKS):
+            image = motion_image(motion_x(t, direction))
+            _add_frame(writer, t, S0, action, image, INSTRUCTIONS[0], np.zeros(3, np.float32))
+        writer.save_episode()
+    writer.close()
+
+
+def _add_frame(writer, t: int, state, action, image, instruction: str, env_state) -> None:
+    writer.add_frame(
+        {
+            F.STATE: state.astype(np.float32),
+            F.ACTION: action.astype(np.float32),
+            F.TELEOP_ACTION: action.astype(np.float32),
+            F.MEASURED_TIME: np.array([t / 30], np.float32),
+            F.REWARD: np.zeros(1, np.float32),
+            F.SUCCESS: np.array([t == EPISODE_TICKS - 1]),
+            F.ENV_STATE: env_state,
+            F.image_key("front"): image,
+            F.image_key("wrist"): image[::-1].copy(),
+            "task": instruction,
+        }
+    )
 
 
 def toy_obs(instruction: str, t: int = 0, delay: int = 0) -> PolicyObservation:
