@@ -4,7 +4,7 @@ sync, naive async, VLASH, VLASH+RTC and ACT temporal ensembling run the same see
 every delay d (fixed ticks, or drawn per request, e.g. U{2..6}) on the simulated clock.
 Per mode and delay: success (Wilson 95%), completion ticks and speedup vs sync against
 the time model, behavioural reaction time (reach), staleness, boundary discontinuity
-and jerk ratios, safety clamps; plus the issue's targets at d = 4. With
+and jerk ratios, safety clamps; plus the VLASH issue's targets (`check_targets`). With
 `realtime_episodes`, the deploy path's modes also run that many seeds per delay in real
 time through a `PolicyServer` on loopback whose calls take d * dt (`robotrl.bench.realtime`),
 each cell compared with the stepped interval of the same mode and delay.
@@ -121,7 +121,7 @@ def run(
                 else []
             ),
             Table(
-                f"Targets at d = {TARGET_DELAY}",
+                "Targets",
                 ("target", "value", "met"),
                 [(t["target"], t["value"], met_text(t["met"])) for t in targets],
             ),
@@ -186,9 +186,14 @@ def detail_cells(row: dict) -> tuple:
     )
 
 
-def check_targets(rows: list[dict], task: str, delay: str = TARGET_DELAY) -> list[dict]:
-    """The issue's targets at `delay`; `met` is None where a needed row is missing."""
-    sync, naive, vlash, rtc = (find_row(rows, m, delay) for m in ("sync", "naive", "vlash", "vlash+rtc"))
+def check_targets(rows: list[dict], task: str) -> list[dict]:
+    """The VLASH issue's targets; `met` is None where a needed row is missing.
+
+    Every task, at d = 4: vlash >= sync - 3 points, vlash speedup >= 95% of the time-model
+    limit, vlash+rtc boundary ratio <= 1.5. `track` (the dynamic task): vlash >= naive + 20
+    points at d = 4, and vlash at d = 8 keeps >= 80% of its d = 0 success. `pick_place`:
+    vlash >= naive at every delay benchmarked. `reach`: vlash reaction <= sync / 3."""
+    sync, naive, vlash, rtc = (find_row(rows, m, TARGET_DELAY) for m in ("sync", "naive", "vlash", "vlash+rtc"))
 
     def target(text: str, value: str, met: bool | None) -> dict:
         return {"target": text, "value": value, "met": met}
@@ -196,19 +201,30 @@ def check_targets(rows: list[dict], task: str, delay: str = TARGET_DELAY) -> lis
     out = []
     if vlash and sync:
         v, s = vlash["success_rate"], sync["success_rate"]
-        out.append(target("vlash success >= sync - 3 points", f"{v:.0%} vs {s:.0%}", v >= s - 0.03))
-    if vlash and naive:
+        out.append(target("d = 4: vlash success >= sync - 3 points", f"{v:.0%} vs {s:.0%}", v >= s - 0.03))
+    if task == "track" and vlash and naive:
         v, n = vlash["success_rate"], naive["success_rate"]
-        out.append(target("vlash success >= naive + 15 points", f"{v:.0%} vs {n:.0%}", v >= n + 0.15))
+        out.append(target("d = 4: vlash success >= naive + 20 points", f"{v:.0%} vs {n:.0%}", v >= n + 0.20))
+    vlash0, vlash8 = find_row(rows, "vlash", "0"), find_row(rows, "vlash", "8")
+    if task == "track" and vlash0 and vlash8:
+        v0, v8 = vlash0["success_rate"], vlash8["success_rate"]
+        out.append(target("vlash at d = 8 keeps >= 80% of its d = 0 success", f"{v8:.0%} vs {v0:.0%}", v8 >= 0.8 * v0))
+    if task == "pick_place":
+        pairs = [(r, find_row(rows, "naive", r["delay"])) for r in rows if r["mode"] == "vlash"]
+        pairs = [(v, n) for v, n in pairs if n is not None]
+        if pairs:
+            value = ", ".join(f"d = {v['delay']}: {v['success_rate']:.0%} vs {n['success_rate']:.0%}" for v, n in pairs)
+            ok = all(v["success_rate"] >= n["success_rate"] for v, n in pairs)
+            out.append(target("vlash success >= naive at every delay", value, ok))
     if task == "reach" and vlash and sync:
         v, s = vlash["reaction_ticks_median"], sync["reaction_ticks_median"]
-        ok = None if v is None or s is None else v <= s / 5
-        out.append(target("vlash reaction time <= sync / 5", f"{_ticks(v)} vs {_ticks(s)} ticks (median)", ok))
+        ok = None if v is None or s is None else v <= s / 3
+        out.append(target("d = 4: vlash reaction time <= sync / 3", f"{_ticks(v)} vs {_ticks(s)} ticks (median)", ok))
     if vlash and vlash["speedup"] is not None:
         ratio = vlash["speedup_of_limit"]
         out.append(
             target(
-                "vlash speedup >= 95% of the time-model limit",
+                "d = 4: vlash speedup >= 95% of the time-model limit",
                 f"{vlash['speedup']:.3f} / {vlash['speedup_limit']:.3f} = {ratio:.0%}",
                 ratio >= 0.95,
             )
@@ -216,7 +232,7 @@ def check_targets(rows: list[dict], task: str, delay: str = TARGET_DELAY) -> lis
     if rtc:
         value = rtc["disc_ratio_requested"]
         ok = None if value != value else value <= 1.5
-        out.append(target("vlash+rtc boundary discontinuity ratio <= 1.5", f"{value:.2f}", ok))
+        out.append(target("d = 4: vlash+rtc boundary discontinuity ratio <= 1.5", f"{value:.2f}", ok))
     return out
 
 

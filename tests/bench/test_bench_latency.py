@@ -255,6 +255,33 @@ def test_realtime_rows_compare_with_the_stepped_interval():
     assert row["within_stepped"] is False and row["cells"][5] == "MISSED"  # 0.5 is outside
 
 
+def _row(mode: str, delay: str, rate: float, reaction: float | None = None) -> dict:
+    keys = ("scenario", "mode", "delay", "success_rate", "reaction_ticks_median", "speedup")
+    return dict(zip(keys, ("nominal", mode, delay, rate, reaction, None), strict=True))
+
+
+def test_targets_are_the_vlash_issues_per_task():
+    track = [  # results.md section 19: the state-based track recipe
+        *(_row("sync", d, r) for d, r in (("0", 1.0), ("4", 0.54), ("8", 0.02))),
+        *(_row("naive", d, r) for d, r in (("0", 1.0), ("4", 1.0), ("8", 0.84))),
+        *(_row("vlash", d, r) for d, r in (("0", 1.0), ("4", 1.0), ("8", 0.9))),
+    ]
+    met = {t["target"]: t["met"] for t in latency.check_targets(track, "track")}
+    assert met == {
+        "d = 4: vlash success >= sync - 3 points": True,
+        "d = 4: vlash success >= naive + 20 points": False,  # naive is already at 100%
+        "vlash at d = 8 keeps >= 80% of its d = 0 success": True,  # 90%
+    }
+    pick = [_row("naive", "0", 0.92), _row("vlash", "0", 0.98), _row("naive", "2", 0.96), _row("vlash", "2", 0.92)]
+    (t,) = latency.check_targets(pick, "pick_place")
+    assert t["met"] is False and t["value"] == "d = 0: 98% vs 92%, d = 2: 92% vs 96%"
+    reach = [_row("sync", "4", 1.0, 14.0), _row("vlash", "4", 1.0, 5.0)]
+    met = {t["target"]: t["met"] for t in latency.check_targets(reach, "reach")}
+    assert met["d = 4: vlash reaction time <= sync / 3"] is False  # 5 > 4.67
+    reach[0]["reaction_ticks_median"] = 15.0
+    assert [t["met"] for t in latency.check_targets(reach, "reach")][-1] is True
+
+
 def test_latency_run_adds_real_time_episodes_through_the_server(tmp_path):
     results = latency.run(
         BenchSetup(),
