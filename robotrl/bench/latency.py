@@ -189,8 +189,9 @@ def detail_cells(row: dict) -> tuple:
 def check_targets(rows: list[dict], task: str) -> list[dict]:
     """The VLASH issue's targets; `met` is None where a needed row is missing.
 
-    Every task, at d = 4: vlash >= sync - 3 points, vlash speedup >= 95% of the time-model
-    limit, vlash+rtc boundary ratio <= 1.5. `track` (the dynamic task): vlash >= naive + 20
+    Every task, at d = 4: vlash >= sync - 3 points, vlash+rtc boundary ratio <= 1.5, and
+    (where episodes end at success, not on `track`) vlash speedup >= 95% of the time-model
+    limit. `track` (the dynamic task): vlash >= naive + 20
     points at d = 4, and vlash at d = 8 keeps >= 80% of its d = 0 success. `pick_place`:
     vlash >= naive at every delay benchmarked. `reach`: vlash reaction <= sync / 3."""
     sync, naive, vlash, rtc = (find_row(rows, m, TARGET_DELAY) for m in ("sync", "naive", "vlash", "vlash+rtc"))
@@ -220,7 +221,7 @@ def check_targets(rows: list[dict], task: str) -> list[dict]:
         v, s = vlash["reaction_ticks_median"], sync["reaction_ticks_median"]
         ok = None if v is None or s is None else v <= s / 3
         out.append(target("d = 4: vlash reaction time <= sync / 3", f"{_ticks(v)} vs {_ticks(s)} ticks (median)", ok))
-    if vlash and vlash["speedup"] is not None:
+    if task != "track" and vlash and vlash["speedup"] is not None:  # track always runs max_ticks
         ratio = vlash["speedup_of_limit"]
         out.append(
             target(
