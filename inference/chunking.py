@@ -163,6 +163,15 @@ def splice(queue: dict[int, np.ndarray], chunk: ActionChunk, now_tick: int, mode
     return dropped
 
 
+def splice_mode(sync: bool, delay_ticks: int) -> str:
+    """How a reply joins the queue (`splice`): an async chunk requested with d = 0 was
+    planned from the measured state and keyed at its observation tick, as naive async
+    (lerobot) does, and blends where rows were queued; a chunk requested with d > 0 was
+    planned from the state forwarded over the queued rows (VLASH) and replaces them. So
+    vlash at d = 0 is exactly naive async. A sync chunk starts on an empty queue."""
+    return "blend" if delay_ticks == 0 and not sync else "replace"
+
+
 def should_request(remaining_rows: int, horizon: int, threshold: float, in_flight: bool) -> bool:
     """Ask for a new chunk when remaining / H <= threshold (lerobot's
     chunk_size_threshold) and no request is in flight. threshold 1: always re-plan."""

@@ -13,8 +13,9 @@ Modes (docs/algorithms.md section 1):
   keyed from the observation tick, overlapping rows blend 0.3 old + 0.7 new.
 - "vlash": the policy conditions on `conditioning_state`: the measured state at d = 0,
   else the state forwarded over the in-flight queued rows to the tick the chunk starts
-  (a_(t+d-1)); the chunk replaces the queue from t + d. With `lag_deadband_rad`,
-  the arm's tracking error beyond the deadband is carried into that state (`carry_lag`).
+  (a_(t+d-1)); the chunk replaces the queue from t + d (at d = 0 it blends: exactly
+  naive, `splice_mode`). With `lag_deadband_rad`, the arm's tracking error beyond the
+  deadband is carried into that state (`carry_lag`).
 - "vlash+rtc": as "vlash", and the queued rows for the new chunk's own ticks (t + d on,
   the plan it replaces) go along as `prefix_rad`: the policy is guided toward them (RTC).
 - "sync+rtc": as "sync", and the rows of the last chunk that were not executed go along
@@ -53,6 +54,7 @@ from robotrl.inference.chunking import (
     forward_state,
     should_request,
     splice,
+    splice_mode,
 )
 from robotrl.inference.latents import LatentCache
 
@@ -453,7 +455,7 @@ class Executor:
             rows = np.asarray(chunk.actions_rad)
             self._unexecuted = rows[self.execute_horizon :]
             chunk = replace(chunk, actions_rad=rows[: self.execute_horizon], start_tick=now)
-        dropped = splice(self._queue, chunk, now, "blend" if self.mode == "naive" else "replace")
+        dropped = splice(self._queue, chunk, now, splice_mode(self.config.sync, d))
         index = len(self.received)
         self.received.append(ReceivedChunk(index, chunk, request_tick, d, now, dropped))
         for t in range(chunk.start_tick + dropped, chunk.start_tick + len(chunk.actions_rad)):

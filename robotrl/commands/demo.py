@@ -172,6 +172,9 @@ def stage_deploy(args: argparse.Namespace, policy: Path) -> None:
 LATENCY_DELAY = 4
 """Stage 5's injected delay in ticks (0.13 s at 30 Hz): the ball of `track` moves up to 2.7
 cm meanwhile, more than the 2 cm the fingertip must stay within."""
+LATENCY_HORIZON = 8
+"""Stage 5's chunk length H (0.27 s), a reactive policy's: twice the delay, so naive async
+keeps only the rows the delay left of each chunk (docs/algorithms.md section 1)."""
 
 
 def stage_latency(args: argparse.Namespace) -> None:
@@ -182,13 +185,13 @@ def stage_latency(args: argparse.Namespace) -> None:
     _banner(
         5,
         f"following a moving ball despite slow inference (`track`): sync vs naive async vs VLASH at d = 0 "
-        f"and {LATENCY_DELAY} ticks (the scripted expert's chunks, stepped)",
+        f"and {LATENCY_DELAY} ticks (the scripted expert's {LATENCY_HORIZON}-row chunks, stepped)",
     )
     out = args.out / "bench" / "latency"
     shutil.rmtree(out, ignore_errors=True)
     delays = [DelaySpec(0, 0), DelaySpec(LATENCY_DELAY, LATENCY_DELAY)]
     results = latency.run(
-        BenchSetup(task="track"),
+        BenchSetup(task="track", horizon=LATENCY_HORIZON),
         delays=delays,
         modes=["sync", "naive", "vlash"],
         episodes=args.latency_episodes,

@@ -17,6 +17,7 @@ from robotrl.inference.chunking import (
     rtc_weights,
     should_request,
     splice,
+    splice_mode,
 )
 
 IN_FLIGHT = np.array([[0.1, 0.0], [0.2, 0.05], [0.3, 0.1]])
@@ -127,6 +128,12 @@ def test_splice_chunk_entirely_in_the_past_changes_nothing():
     assert _values(queue) == {10: 1.0, 11: 2.0}
     with pytest.raises(ValueError, match="splice mode"):
         splice(queue, chunk, 10, "average")
+
+
+def test_splice_mode_blends_only_async_chunks_planned_from_the_measured_state():
+    assert splice_mode(sync=False, delay_ticks=0) == "blend"  # naive, and vlash at d = 0
+    assert splice_mode(sync=False, delay_ticks=1) == "replace"  # vlash: planned from a_(t+d-1)
+    assert splice_mode(sync=True, delay_ticks=0) == "replace"  # sync: the queue is empty
 
 
 # -- should_request ---------------------------------------------------------------------

@@ -92,16 +92,23 @@ def test_vlash_reaches_the_target_at_delay_4(env):
     assert sum(e.success for e in episodes) >= 9
 
 
+class RecordingExpert(ExpertChunkPolicy):
+    """The scripted expert's chunks, keeping every observation it was asked for."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.seen: list[PolicyObservation] = []
+
+    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+        self.seen.append(obs)
+        return super().predict_chunk(obs)
+
+
 def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
-    seen: list[PolicyObservation] = []
-
-    class Recording(ExpertChunkPolicy):
-        def predict_chunk(self, obs):
-            seen.append(obs)
-            return super().predict_chunk(obs)
-
     env.reset(0)
-    source = LocalChunkSource(Recording(env.make_expert(0), H, env.spec), delay_ticks=4)
+    policy = RecordingExpert(env.make_expert(0), H, env.spec)
+    seen = policy.seen
+    source = LocalChunkSource(policy, delay_ticks=4)
     executor = Executor(env.robot, source, H, ExecutorConfig("vlash+rtc"), initial_delay_ticks=4)
     runner = EpisodeRunner(env.robot, env, executor, env.clock)
     runner.begin(0)
@@ -120,40 +127,60 @@ def test_vlash_rtc_sends_the_plan_the_new_chunk_replaces(env):
         np.testing.assert_allclose(obs.state_rad, previous.actions_rad[start - 1 - previous.start_tick])
 
 
-def test_at_delay_0_vlash_conditions_exactly_as_naive(env):
-    """d = 0: vlash sends the policy the measured state, as naive does (not the last target
-    sent, which a position-servoed arm has not reached). A constant chunk makes naive's
-    blending a no-op, so both runs execute the same targets and see the same states."""
-    target = None
-
-    class Constant:
-        def __init__(self) -> None:
-            self.seen: list[PolicyObservation] = []
-
-        def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
-            self.seen.append(obs)
-            return ActionChunk(np.repeat(target[None], H, axis=0), obs.tick + obs.delay_ticks)
-
+@pytest.mark.parametrize("threshold", [0.5, 1.0])
+def test_at_delay_0_vlash_is_exactly_naive(env, threshold):
+    """d = 0: vlash sends the policy the measured state (not the last target sent, which a
+    position-servoed arm has not reached), keys the chunk at its observation tick and blends
+    it into the queue as naive does, so the two runs are the same run: the same requests,
+    the same targets sent, tick for tick. The expert's chunks start from the state they are
+    given, so any difference in the state sent would show in the targets."""
     runs = {}
     for mode in ("naive", "vlash"):
-        env.reset(0)
-        target = env.robot.read().q_rad + 0.2  # far enough that the arm lags it for many ticks
-        policy = Constant()
-        executor = Executor(env.robot, LocalChunkSource(policy, 0), H, ExecutorConfig(mode))
-        runner = EpisodeRunner(env.robot, env, executor, env.clock)
-        runner.begin(0)
-        measured = {}
-        for _ in range(40):
-            measured[env.tick] = env.robot.read().q_rad
-            runner.tick()
-        runs[mode] = (policy.seen, measured)
-    (naive, measured), (vlash, _) = runs["naive"], runs["vlash"]
+        policy = RecordingExpert(env.make_expert(0), H, env.spec)
+        runs[mode] = (policy.seen, run_stepped_episode(env, 0, mode, 0, H, threshold=threshold, policy=policy))
+    (naive, naive_ep), (vlash, vlash_ep) = runs["naive"], runs["vlash"]
     assert len(naive) == len(vlash) >= 4
     for a, b in zip(naive, vlash):
         assert a.tick == b.tick and a.delay_ticks == b.delay_ticks == 0
-        np.testing.assert_allclose(a.state_rad, b.state_rad, atol=1e-12)  # (blending C with C: rounding)
-        np.testing.assert_allclose(b.state_rad, measured[b.tick])  # the measured joints
-    assert np.abs(vlash[-1].state_rad - target).max() > 0.01  # the arm lags: the target would differ
+        np.testing.assert_array_equal(a.state_rad, b.state_rad)
+    np.testing.assert_array_equal(naive_ep.requested_rad(), vlash_ep.requested_rad())
+    np.testing.assert_array_equal([r.sent_rad for r in naive_ep.trace], [r.sent_rad for r in vlash_ep.trace])
+    assert naive_ep.success == vlash_ep.success
+
+    # the chunks overlapped and were blended (0.3 old + 0.7 new), as naive async does: some
+    # executed target is not the row its chunk planned for that tick
+    def planned(r):
+        chunk = vlash_ep.received[r.chunk_id].chunk
+        return chunk.actions_rad[r.tick - chunk.start_tick]
+
+    executed = [r for r in vlash_ep.trace if not r.paused]
+    assert any(not np.allclose(r.requested_rad, planned(r)) for r in executed)
+
+
+def test_at_delay_0_vlash_conditions_on_the_measured_state(env):
+    """The state vlash sends at d = 0 is the measured one, not the last target sent: with a
+    constant far target the arm lags it for many ticks, and the states sent are the
+    readings."""
+    env.reset(0)
+    target = env.robot.read().q_rad + 0.2  # far enough that the arm lags it for many ticks
+    seen: list[PolicyObservation] = []
+
+    class Constant:
+        def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
+            seen.append(obs)
+            return ActionChunk(np.repeat(target[None], H, axis=0), obs.tick + obs.delay_ticks)
+
+    executor = Executor(env.robot, LocalChunkSource(Constant(), 0), H, ExecutorConfig("vlash"))
+    runner = EpisodeRunner(env.robot, env, executor, env.clock)
+    runner.begin(0)
+    measured = {}
+    for _ in range(40):
+        measured[env.tick] = env.robot.read().q_rad
+        runner.tick()
+    assert len(seen) >= 4
+    for obs in seen:
+        np.testing.assert_allclose(obs.state_rad, measured[obs.tick])
+    assert np.abs(seen[-1].state_rad - target).max() > 0.01  # the arm lags: the target would differ
 
 
 @pytest.mark.parametrize("delay", [4, H // 2])
