@@ -24,7 +24,11 @@ from robotrl.policies.fastslow.config import DELTA_MODES, EE_MODES
 from robotrl.policies.fastslow.ee_actions import EndEffectorActions
 
 STATE_STD_FLOOR = 1e-2
-"""Smallest std used for states and env_state (a constant joint would otherwise blow up)."""
+"""Smallest std used for states, env_state and end-effector features, rad or m. A feature
+whose std in the training data is at or below it (a joint the demonstrations never moved:
+the wrist roll and the gripper on `track`) is left out, normalised to 0: the model learned
+nothing from it, and amplifying a sensor's noise on it by 1 / floor throws the policy off
+(docs/results.md section 21)."""
 ACTION_STD_FLOOR = 1e-3
 """Smallest std used for actions."""
 
@@ -50,17 +54,21 @@ class Normalizer:
         if self.action_mode in EE_MODES and not self.arm:
             raise ValueError(f"action_mode {self.action_mode!r} needs the arm model (Normalizer.arm)")
         self._ee_actions = None
+        keep = {"state": _moved_in_training(self.state_std)}
         self.state_std = np.maximum(np.asarray(self.state_std, np.float32), STATE_STD_FLOOR)
         self.action_std = np.maximum(np.asarray(self.action_std, np.float32), ACTION_STD_FLOOR)
         self.state_mean = np.asarray(self.state_mean, np.float32)
         self.action_mean = np.asarray(self.action_mean, np.float32)
         if self.env_mean is not None:
+            keep["env"] = _moved_in_training(self.env_std)
             self.env_mean = np.asarray(self.env_mean, np.float32)
             self.env_std = np.maximum(np.asarray(self.env_std, np.float32), STATE_STD_FLOOR)
         if self.ee_mean is not None:
+            keep["ee"] = _moved_in_training(self.ee_std)
             self.ee_mean = np.asarray(self.ee_mean, np.float32)
             self.ee_std = np.maximum(np.asarray(self.ee_std, np.float32), STATE_STD_FLOOR)
-        self._t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.to_arrays().items()}
+        arrays = self.to_arrays() | {f"{name}_keep": mask for name, mask in keep.items()}
+        self._t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
         self._moved: dict[tuple[str, torch.device], torch.Tensor] = {}  # statistics on other devices
 
     @property
@@ -166,7 +174,8 @@ class Normalizer:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
     def stat(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """Statistic `name` (a key of `to_arrays`) on the device of `like` (moved once per
+        """Statistic `name` (a key of `to_arrays`, or `state_keep`, `env_keep`, `ee_keep`: 1 for
+        the features that moved in training) on the device of `like` (moved once per
         device): the maths runs where its inputs are."""
         t = self._t[name]
         if t.device == like.device:
@@ -177,10 +186,14 @@ class Normalizer:
         return self._moved[key]
 
     def state(self, state: torch.Tensor) -> torch.Tensor:
-        return (state - self.stat("state_mean", state)) / self.stat("state_std", state)
+        return self._normalise("state", state)
 
     def env(self, env: torch.Tensor) -> torch.Tensor:
-        return (env - self.stat("env_mean", env)) / self.stat("env_std", env)
+        return self._normalise("env", env)
+
+    def _normalise(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """(x - mean) / std, 0 for the features that did not move in training."""
+        return (x - self.stat(f"{name}_mean", x)) / self.stat(f"{name}_std", x) * self.stat(f"{name}_keep", x)
 
     def env_from(self, z: torch.Tensor) -> torch.Tensor:
         """Inverse of `env`: normalised (B, E) -> env_state units (metres)."""
@@ -199,7 +212,7 @@ class Normalizer:
         if env is not None:
             parts.append(self.env(env))
         if ee is not None:
-            parts.append((ee - self.stat("ee_mean", ee)) / self.stat("ee_std", ee))
+            parts.append(self._normalise("ee", ee))
         if relative_object_dim:
             if env is None or ee is None:
                 raise ValueError("relative_object_dim needs both env and ee")
@@ -240,6 +253,12 @@ class Normalizer:
         return torch.from_numpy(
             np.stack([self.ee_actions.to_joints(r, q) for r, q in zip(rows, seeds)]).astype(np.float32)
         ).to(x.device)
+
+
+def _moved_in_training(std) -> np.ndarray:
+    """(F,) float32 1 where a feature's training std is above `STATE_STD_FLOOR`, else 0
+    (a saved std at the floor is one the floor set)."""
+    return (np.asarray(std, np.float32) > STATE_STD_FLOOR).astype(np.float32)
 
 
 def object_offsets_dm(env: torch.Tensor, ee: torch.Tensor, object_dim: int) -> torch.Tensor:

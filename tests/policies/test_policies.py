@@ -3,6 +3,7 @@ checkpoints, and clear errors on bad input. Untrained weights: fast, no dataset.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -136,6 +137,29 @@ def test_end_effector_normaliser_encodes_and_decodes_joint_chunks(mode):
     assert again.arm == "so101" and again.id == norm.id
     with pytest.raises(ValueError, match="arm"):
         Normalizer(mode, HOME, np.ones(6), np.zeros((8, 6)), np.ones((8, 6)))
+
+
+def test_a_joint_the_demonstrations_never_moved_is_left_out_of_the_state():
+    """On `track` the demonstrations never move the wrist roll or the gripper, so their state
+    std is at the floor (0.01 rad). Their readings are normalised to 0: 0.004 rad of sensor
+    noise on them changes nothing (amplified by 1 / 0.01, it threw a track policy off on
+    every seed). A joint that moved is normalised as (q - mean) / std. A saved checkpoint
+    (std stored at the floor) keeps the rule."""
+    rng = np.random.default_rng(0)
+    states = np.zeros((100, 6))
+    states[:, :4] = rng.normal(0.0, 0.3, (100, 4))
+    states[:, 4] = 0.5 + 1e-4 * rng.normal(size=100)  # a servo holding still
+    chunks = np.repeat(states[:, None], 2, axis=1)
+    norm = Normalizer.fit("absolute", states, chunks, states, np.ones((100, 2), bool))
+    q = torch.tensor(states[:3], dtype=torch.float32)
+    noisy = q + torch.tensor([0.0, 0.0, 0.0, 0.0, 0.004, -0.004])
+    z = norm.state(noisy)
+    assert torch.count_nonzero(z[:, 4:]) == 0
+    moved = (states[:3, :4] - states[:, :4].mean(0)) / states[:, :4].std(0)
+    np.testing.assert_allclose(z[:, :4].numpy(), moved, rtol=1e-4)
+    again = Normalizer.from_dict(json.loads(json.dumps(norm.to_dict())))
+    assert again.state_std[4] == np.float32(0.01)
+    assert torch.equal(again.state(noisy), z)
 
 
 def test_vocabulary():
