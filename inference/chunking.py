@@ -164,11 +164,13 @@ def splice(queue: dict[int, np.ndarray], chunk: ActionChunk, now_tick: int, mode
 
 
 def splice_mode(sync: bool, delay_ticks: int) -> str:
-    """How a reply joins the queue (`splice`): an async chunk requested with d = 0 was
-    planned from the measured state and keyed at its observation tick, as naive async
-    (lerobot) does, and blends where rows were queued; a chunk requested with d > 0 was
-    planned from the state forwarded over the queued rows (VLASH) and replaces them. So
-    vlash at d = 0 is exactly naive async. A sync chunk starts on an empty queue."""
+    """How a reply joins the queue (`splice`). `delay_ticks` is the request's forwarding
+    (`PolicyObservation.delay_ticks`): 0 for naive async at any real delay, the estimated
+    d for vlash. An async chunk forwarded over 0 ticks was planned from the measured state
+    and keyed at its observation tick, as naive async (lerobot) does, and blends where rows
+    were queued; one forwarded over d > 0 ticks was planned from the end of the queued
+    rows (VLASH) and replaces them. So vlash at d = 0 is exactly naive async. A sync chunk
+    starts on an empty queue."""
     return "blend" if delay_ticks == 0 and not sync else "replace"
 
 
