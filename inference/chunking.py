@@ -174,14 +174,15 @@ def splice_mode(sync: bool, delay_ticks: int) -> str:
     return "blend" if delay_ticks == 0 and not sync else "replace"
 
 
-def should_request(remaining_rows: int, horizon: int, threshold: float, in_flight: bool) -> bool:
+def should_request(remaining_rows: int, horizon: int, threshold: float, in_flight: int, max_in_flight: int = 1) -> bool:
     """Ask for a new chunk when remaining / H <= threshold (lerobot's
-    chunk_size_threshold) and no request is in flight. threshold 1: always re-plan."""
+    chunk_size_threshold) and fewer than `max_in_flight` requests are in flight.
+    threshold 1: always re-plan."""
     if horizon <= 0:
         raise ValueError(f"horizon must be positive, got {horizon}")
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {threshold}")
-    return not in_flight and remaining_rows / horizon <= threshold
+    return in_flight < max_in_flight and remaining_rows / horizon <= threshold
 
 
 class DelayEstimator:
@@ -240,7 +241,7 @@ def _mean_step(targets_rad: np.ndarray) -> np.ndarray:
 def _ratio(values: np.ndarray, near: np.ndarray, valid: np.ndarray) -> float:
     """mean(values[near & valid]) / mean(values[~near & valid]); NaN if undefined."""
     top, bottom = values[near & valid], values[~near & valid]
-    if len(top) == 0 or len(bottom) == 0 or bottom.mean() == 0:
+    if len(top) == 0 or len(bottom) == 0 or bottom.mean() <= 1e-9 * top.mean():  # 0 but for rounding
         return float("nan")
     return float(top.mean() / bottom.mean())
 

@@ -80,6 +80,13 @@ class ExecutorConfig:
     forwarded state (`carry_lag`; the gripper is left out), so the policy sees an arm
     that lags or is blocked. None (the default) forwards the targets alone. Measured:
     +4 points in stepped evaluation, no gain in real time (docs/results.md)."""
+    max_in_flight: int = 1
+    """Async modes: requests that may be in flight at once. With more than one the
+    executor asks again before the reply comes (at most one request per tick, while the
+    threshold says so), so an event reaches a chunk within d ticks instead of d plus up
+    to d - 1 (docs/algorithms.md section 1); each request costs a model call, and only a
+    server with as many model workers runs them side by side. A reply supersedes every
+    request made before it."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -89,6 +96,8 @@ class ExecutorConfig:
             raise ValueError(f"execute_horizon must be >= 1, got {self.execute_horizon}")
         if self.lag_deadband_rad is not None and (self.lag_deadband_rad < 0 or not self.mode.startswith("vlash")):
             raise ValueError("lag_deadband_rad needs a vlash mode and a deadband >= 0 rad")
+        if self.max_in_flight < 1 or (self.max_in_flight > 1 and self.sync):
+            raise ValueError(f"max_in_flight must be >= 1, and 1 in the sync modes; got {self.max_in_flight}")
 
     @property
     def sync(self) -> bool:
@@ -303,7 +312,7 @@ class Executor:
         self.received: list[ReceivedChunk] = []
         self._queue: dict[int, np.ndarray] = {}
         self._origin: dict[int, int] = {}  # tick -> index into self.received
-        self._in_flight: tuple[int, int] | None = None  # (request tick, d sent)
+        self._in_flight: list[tuple[int, int]] = []  # (request tick, d sent), oldest first
         self._hold_rad: np.ndarray | None = None
         self._unexecuted: np.ndarray | None = None  # sync+rtc: rows of the last chunk not executed
         self.past_frames.clear()
@@ -364,10 +373,10 @@ class Executor:
         return self._queue.pop(now, None), self._origin.pop(now, None)
 
     def _drop_plan(self) -> None:
-        """Forget the queue and the request in flight (its reply will be dropped)."""
+        """Forget the queue and the requests in flight (their replies will be dropped)."""
         self._queue.clear()
         self._origin.clear()
-        self._in_flight = None
+        self._in_flight.clear()
 
     def _remaining(self, now: int) -> int:
         """Queued rows for ticks from `now` on (a chunk that came early starts after `now`)."""
@@ -394,8 +403,9 @@ class Executor:
 
     def _wants_chunk(self, now: int) -> bool:
         if self.config.sync:
-            return self._in_flight is None and self._remaining(now) == 0
-        return should_request(self._fresh_remaining(now), self.horizon, self.threshold, self._in_flight is not None)
+            return not self._in_flight and self._remaining(now) == 0
+        fresh = self._fresh_remaining(now)
+        return should_request(fresh, self.horizon, self.threshold, len(self._in_flight), self.config.max_in_flight)
 
     def _request(self, now: int, measured: RobotState, env_state: np.ndarray | None) -> None:
         d = self.delay.estimate()
@@ -425,7 +435,7 @@ class Executor:
         except self.lost_errors as exc:
             self._lose(now, exc)
             return
-        self._in_flight = (now, obs.delay_ticks)
+        self._in_flight.append((now, obs.delay_ticks))
 
     def _receive(self, now: int) -> None:
         while True:
@@ -439,17 +449,20 @@ class Executor:
             self._accept(chunk, now)
 
     def _accept(self, chunk: ActionChunk, now: int) -> None:
-        """Splice the reply to the request in flight; drop any other chunk (a reply to a
-        request made before the source was lost: planned from a state that is gone)."""
-        if self._in_flight is None or chunk.start_tick != self._in_flight[0] + self._in_flight[1]:
+        """Splice the reply to a request in flight, which supersedes the requests made
+        before it (a server may drop them: their late replies are older plans); drop any
+        other chunk (e.g. a reply to a request made before the source was lost: planned
+        from a state that is gone)."""
+        answered = [i for i, (tick, d) in enumerate(self._in_flight) if chunk.start_tick == tick + d]
+        if not answered:
             self.stale_replies += 1
-            log.info("dropped a chunk starting at tick %d: not the reply in flight", chunk.start_tick)
+            log.info("dropped a chunk starting at tick %d: not the reply to a request in flight", chunk.start_tick)
             return
         if self.lost:
             log.info("chunk source is back at tick %d; resuming", now)
             self.lost = False
-        request_tick, d = self._in_flight
-        self._in_flight = None
+        request_tick, d = self._in_flight[answered[0]]
+        del self._in_flight[: answered[0] + 1]
         self.delay.add(now - request_tick)
         if self.config.sync:  # the robot waited: start where it stopped, s rows only
             rows = np.asarray(chunk.actions_rad)

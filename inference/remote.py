@@ -37,7 +37,10 @@ def initial_delay_ticks(server_info: dict, control_rate_hz: float, network_ms: f
 
 
 class RemoteChunkSource:
-    """Asks the server behind `client` for chunks (one request in flight at a time).
+    """Asks the server behind `client` for chunks. Several requests may be in flight
+    (`ExecutorConfig.max_in_flight`); a reply supersedes every earlier request (the server
+    answers a robot's newest waiting request, `RequestSlots`), whose late replies are
+    left out.
 
     Attributes:
         stats: round trip ("rtt"), server "queue"/"model"/"total" and client "encode"
@@ -51,12 +54,12 @@ class RemoteChunkSource:
         self.reply_timeout_s = reply_timeout_s
         self.stats = LatencyStats()
         self._next_id = 0
-        self._waiting: tuple[int, int] | None = None  # (request id, monotonic ns when sent)
+        self._waiting: dict[int, int] = {}  # request id -> monotonic ns when sent, oldest first
 
     @property
     def waiting(self) -> bool:
-        """True while a request is sent and neither answered nor given up on."""
-        return self._waiting is not None
+        """True while a request is sent and neither answered, superseded nor given up on."""
+        return bool(self._waiting)
 
     def request(self, obs: PolicyObservation) -> None:
         self._next_id += 1
@@ -76,7 +79,7 @@ class RemoteChunkSource:
         )
         self.client.send(msg, timeout_s=0.0)
         self.stats.add(encode=self.client.last_encode_ns)
-        self._waiting = (self._next_id, sent_ns)
+        self._waiting[self._next_id] = sent_ns
 
     def poll(self, now_tick: int, wait_s: float = 0.0) -> ActionChunk | None:
         """A reply that has arrived (waiting up to `wait_s` for the first message), or None."""
@@ -88,20 +91,22 @@ class RemoteChunkSource:
             chunk = self._take(msg)
             if chunk is not None:
                 return chunk
-        if self._waiting is not None and (time.monotonic_ns() - self._waiting[1]) / 1e9 > self.reply_timeout_s:
-            self._waiting = None
+        oldest_ns = min(self._waiting.values(), default=None)
+        if oldest_ns is not None and (time.monotonic_ns() - oldest_ns) / 1e9 > self.reply_timeout_s:
+            self._waiting.clear()
             raise TransportTimeout(f"no chunk from {self.client.endpoint} within {self.reply_timeout_s:.3g} s")
         return None
 
     def _take(self, msg) -> ActionChunk | None:
         if isinstance(msg, ErrorReply):
-            if self._waiting is not None and msg.request_id == self._waiting[0]:
-                self._waiting = None
+            if msg.request_id in self._waiting:
+                del self._waiting[msg.request_id]
                 raise RequestFailed(f"server refused request {msg.request_id}: {msg.code}: {msg.message}")
             return None
-        if not isinstance(msg, ChunkReply) or self._waiting is None or msg.request_id != self._waiting[0]:
-            return None  # a late reply to a request given up on
-        sent_ns, self._waiting = self._waiting[1], None
+        if not isinstance(msg, ChunkReply) or msg.request_id not in self._waiting:
+            return None  # a late reply to a request given up on or superseded
+        sent_ns = self._waiting[msg.request_id]
+        self._waiting = {i: ns for i, ns in self._waiting.items() if i > msg.request_id}
         self.stats.add(rtt=time.monotonic_ns() - sent_ns, **msg.timings_ns)
         return ActionChunk(
             actions_rad=np.asarray(msg.actions, dtype=np.float64), start_tick=msg.start_tick, version=msg.version
@@ -180,7 +185,10 @@ def remote_executor(
     `server_info` its hello reply). `stepped_delay` None: chunks arrive when they arrive
     (wall clock); an int d: each is taken in exactly d ticks after its request
     (`SteppedRemoteSource`, for a simulated arm on a `SimClock`). A mode with RTC against
-    a policy that follows no RTC prefix is a `UserError`."""
+    a policy that follows no RTC prefix is a `UserError`, and so are several requests in
+    flight on a stepped clock (`SteppedRemoteSource` awaits one reply at a time)."""
+    if stepped_delay is not None and config.max_in_flight > 1:
+        raise UserError("a stepped arm keeps one request in flight: run it on the wall clock for --in-flight > 1")
     if config.mode.endswith("+rtc") and server_info.get("rtc") is False:
         raise UserError(
             f"the served {server_info.get('policy')} policy follows no RTC prefix: use --mode "

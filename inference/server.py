@@ -4,11 +4,13 @@ Threads:
 - I/O thread: owns the ROUTER socket (`robotrl.wire.transport.ServerSocket`): answers
   hellos and heartbeats, queues observation requests, sends replies. It never waits on
   the model.
-- model worker: takes queued requests, waits at most `batch_wait_ms` for requests of
+- model workers (`model_workers`, one by default): each takes the waiting requests (the
+  newest of each robot, `RequestSlots`), waits at most `batch_wait_ms` for requests of
   other robots, forwards each state to the tick its chunk starts (VLASH), runs the
-  policy (batched when it offers `predict_chunks`) and hands the replies back. New
-  weights are swapped in only between batches, so one chunk never mixes versions; the
-  version goes out in every reply.
+  policy (batched when it offers `predict_chunks`) and hands the replies back. Several
+  workers run their batches side by side (a robot with several requests in flight gets
+  them answered concurrently). New weights are swapped in only while no batch runs, so
+  one chunk never mixes versions; the version goes out in every reply.
 - weight subscriber (with `weights_from`, `robotrl.wire.weights.WeightSubscriber`):
   takes the learner's published weights and queues them through `set_weights`; for a
   `StagedReloadablePolicy` it also parses them and copies them onto the policy's device,
@@ -52,6 +54,7 @@ from robotrl.core.ratelimit import LogLimiter
 from robotrl.inference.chunking import forward_state
 from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
+from robotrl.inference.request_slots import RequestSlots
 from robotrl.inference.requests import request_problem
 from robotrl.wire.keys import ServerKeys, client_keys
 from robotrl.wire.messages import ChunkReply, ErrorReply, HealthReply, HealthRequest, Message, ObservationRequest
@@ -75,6 +78,10 @@ class ServerConfig:
     """Longest wait for requests of other robots before running a batch."""
     max_batch: int = 16
     """Most requests per model call."""
+    model_workers: int = 1
+    """Model threads running batches side by side: as many as a robot keeps requests in
+    flight (`ExecutorConfig.max_in_flight`) answers each without waiting for the one before;
+    the policy must allow concurrent calls (torch inference does)."""
     slow_rate_hz: float = 3.0
     """Rate of the slow (vision-language) pathway per robot, for policies that have one."""
     max_step_rad: tuple[float, ...] | None = None
@@ -89,6 +96,10 @@ class ServerConfig:
     weights_keys: Path | None = None
     """Folder with this server's `client.key_secret` and the learner's `server.key`: the
     weights channel is encrypted and the learner only talks to allowed keys (CURVE)."""
+
+    def __post_init__(self) -> None:
+        if self.model_workers < 1 or self.max_batch < 1:
+            raise ValueError(f"model_workers and max_batch must be >= 1, got {self.model_workers}, {self.max_batch}")
 
 
 STEP_RAD = 0.1
@@ -143,7 +154,9 @@ class PolicyServer:
         self.version = version
         self.stats = LatencyStats()
         self.endpoint = config.endpoint
-        self._requests: queue.Queue[_Pending] = queue.Queue()
+        self._requests: RequestSlots[_Pending] = RequestSlots()
+        self._gate = threading.Condition()  # weight swaps wait for running batches
+        self._running = 0  # batches being computed
         self._replies: queue.Queue[tuple[bytes, Message]] = queue.Queue()
         self._pending_weights: tuple[int, Any] | None = None  # (version, bytes or staged weights)
         self._latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
@@ -186,9 +199,10 @@ class PolicyServer:
                     "serve without weights_from (--weights-from)"
                 )
         self._warm_up()
-        self._threads = [
-            threading.Thread(target=self._io_loop, name="robotrl-server-io", daemon=True),
-            threading.Thread(target=self._model_loop, name="robotrl-server-model", daemon=True),
+        self._threads = [threading.Thread(target=self._io_loop, name="robotrl-server-io", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._model_loop, name=f"robotrl-server-model-{i}", daemon=True)
+            for i in range(self.config.model_workers)
         ]
         if self._latents is not None:
             self._threads.append(threading.Thread(target=self._slow_loop, name="robotrl-server-slow", daemon=True))
@@ -326,7 +340,7 @@ class PolicyServer:
                 self._note_error("protocol", exc, traceback=False)
                 continue
             if isinstance(msg, ObservationRequest):  # its robot id is its connection's (see ServerSocket)
-                self._requests.put(_Pending(identity, msg, time.perf_counter_ns()))
+                self._requests.put(msg.robot_id, _Pending(identity, msg, time.perf_counter_ns()))
             elif isinstance(msg, HealthRequest):
                 self._reply(identity, HealthReply(health=self.health()))
             else:
@@ -362,21 +376,30 @@ class PolicyServer:
                 self._note_error("model thread", exc)
 
     def _serve_next_batch(self) -> None:
-        try:
-            first = self._requests.get(timeout=0.02)
-        except queue.Empty:
-            self._apply_pending_weights()  # idle: swap now, the next chunk needs no wait
+        batch = self._requests.take(self.config.max_batch, timeout_s=0.02)
+        if not batch:
+            with self._gate:
+                if not self._running:
+                    self._apply_pending_weights()  # idle: swap now, the next chunk needs no wait
             return
-        batch = {first.request.robot_id: first}
         deadline = time.perf_counter() + self.config.batch_wait_ms / 1000.0
         while len(batch) < self.config.max_batch:
-            try:
-                more = self._requests.get(timeout=max(0.0, deadline - time.perf_counter()))
-            except queue.Empty:
+            more = self._requests.take(self.config.max_batch - len(batch), max(0.0, deadline - time.perf_counter()))
+            if not more:
                 break
-            batch[more.request.robot_id] = more  # a robot's newest request wins
-        self._apply_pending_weights()
-        self._answer(list(batch.values()))
+            self._requests.superseded += len(batch.keys() & more.keys())
+            batch.update(more)  # a robot's newest request wins
+        with self._gate:
+            while self._running and self._pending_weights is not None:
+                self._gate.wait(0.1)  # new weights: let the running batches finish
+            self._apply_pending_weights()
+            self._running += 1
+        try:
+            self._answer(list(batch.values()))
+        finally:
+            with self._gate:
+                self._running -= 1
+                self._gate.notify_all()
 
     def _answer(self, batch: list[_Pending]) -> None:
         """Refuse the malformed requests (an error to each sender alone), answer the rest."""
@@ -435,10 +458,11 @@ class PolicyServer:
             log.warning("%s (%d so far): %s", kind, count, exc, exc_info=exc if traceback and count == 1 else None)
 
     def health(self) -> dict:
-        """Threads alive, errors by kind, the last error, requests waiting (the queue
-        depth), model batches per second and their mean size (requests per model call)
-        over the last `HEALTH_WINDOW_S`, `chunk_ms` (p50 / p99 of the time from a request's
-        arrival to its reply, ms, over the last 10,000 chunks), the weight version,
+        """Threads alive, errors by kind, the last error, requests waiting (at most one per
+        robot), requests superseded by a newer one of their robot, model batches per second
+        and their mean size (requests per model call) over the last `HEALTH_WINDOW_S`,
+        `chunk_ms` (p50 / p99 of the time from a request's arrival to its reply, ms, over
+        the last 10,000 chunks), the weight version,
         requests refused, messages dropped from quarantined connections, `gpu` (the
         device's memory and utilisation, `GpuHealth`; None when the device was not given),
         and (with `weights_from`) the learner connection: answering, and why it was given up."""
@@ -451,7 +475,8 @@ class PolicyServer:
             "threads_alive": {t.name: t.is_alive() for t in self._threads},
             "errors": errors,
             "last_error": last,
-            "queued_requests": self._requests.qsize(),
+            "queued_requests": len(self._requests),
+            "superseded_requests": self._requests.superseded,
             "batches_per_s": len(sizes) / HEALTH_WINDOW_S,
             "batch_size": sum(sizes) / len(sizes) if sizes else 0.0,
             "chunk_ms": self.stats.percentiles_ms("total", (50, 99)),

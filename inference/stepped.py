@@ -109,6 +109,7 @@ def run_stepped_episode(
     policy: ChunkPolicy | None = None,
     initial_delay_ticks: int | None = None,
     lag_deadband_rad: float | None = None,
+    max_in_flight: int = 1,
     slow_every: int = 1,
     intervener: Intervener | None = None,
 ) -> EpisodeResult:
@@ -122,7 +123,7 @@ def run_stepped_episode(
         policy: a `ChunkPolicy` to run instead (reset first; its own horizon counts).
         initial_delay_ticks: where the delay estimator starts; default the fixed delay
             (no warm-up guess). Required for a drawn delay.
-        threshold, execute_horizon, lag_deadband_rad: as for `ExecutorConfig`.
+        threshold, execute_horizon, lag_deadband_rad, max_in_flight: as for `ExecutorConfig`.
         slow_every: requests per slow-pathway refresh (see `LocalChunkSource`).
         intervener: who may take over, or None.
     """
@@ -142,7 +143,7 @@ def run_stepped_episode(
             env.robot, source, past_frame_ticks=policy.metadata.past_frame_ticks
         )
     else:
-        config = ExecutorConfig(mode, threshold, execute_horizon, lag_deadband_rad)
+        config = ExecutorConfig(mode, threshold, execute_horizon, lag_deadband_rad, max_in_flight)
         executor = Executor(
             env.robot,
             source,

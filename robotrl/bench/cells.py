@@ -62,6 +62,11 @@ class DelaySpec:
         return int(rng.integers(self.low, self.high + 1))
 
 
+PIPELINED_MODES = ("naive", "vlash", "vlash+rtc")
+"""Modes that may keep several requests in flight (`BenchSetup.max_in_flight`); sync
+waits for each chunk, the ensemble asks every tick."""
+
+
 @dataclass(frozen=True)
 class BenchSetup:
     """What stays the same for every cell of a run (its fingerprint keys the cache)."""
@@ -80,16 +85,21 @@ class BenchSetup:
     """Speed toward the jumped reach target that counts as reacting."""
     lag_deadband_rad: float | None = None
     """vlash modes: the arm joints' `carry_lag` deadband (rad); None forwards the targets alone."""
+    max_in_flight: int = 1
+    """Async modes: requests in flight at once (`ExecutorConfig.max_in_flight`); in real
+    time the server gets as many model workers."""
     device: str = "cpu"
     """Where the checkpoint's model runs: "cpu" or "cuda:N"."""
 
     def fingerprint(self) -> str:
         """Hash of the fields and of the checkpoint files' modification times (a checkpoint
-        trained again in the same folder invalidates cached episodes); the CPU device is
-        left out, so episodes cached before devices existed still count."""
+        trained again in the same folder invalidates cached episodes); the CPU device and
+        one request in flight are left out, so episodes cached before they existed still count."""
         doc = asdict(self)
         if self.device == "cpu":
             del doc["device"]
+        if self.max_in_flight == 1:
+            del doc["max_in_flight"]
         if self.checkpoint is not None:
             doc["checkpoint_mtime_ns"] = max((f.stat().st_mtime_ns for f in Path(self.checkpoint).iterdir()), default=0)
         return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
@@ -169,6 +179,7 @@ def run_cell(setup: BenchSetup, cell: Cell) -> dict:
         policy=policy,
         initial_delay_ticks=delay.high,
         lag_deadband_rad=setup.lag_deadband_rad,
+        max_in_flight=setup.max_in_flight if cell.mode in PIPELINED_MODES else 1,
     )
     return episode_record(setup, cell, episode, env)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robotrl.bench.cells import BenchSetup, DelaySpec, load_checkpoint, make_env
+from robotrl.bench.cells import PIPELINED_MODES, BenchSetup, DelaySpec, load_checkpoint, make_env
 from robotrl.inference.runner import EpisodeResult, TickEvent
 from robotrl.sim.scenario import Scenario
 
@@ -107,9 +107,13 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
     if cell.latency is not None:
         policy = DelayedPolicy(policy, cell.latency, env.dt_s, cell.seed)
     observers = [Jitter(cell.jitter * env.dt_s, cell.seed)] if cell.jitter > 0 else []
-    config = ExecutorConfig(cell.mode, threshold=setup.threshold, lag_deadband_rad=setup.lag_deadband_rad)
+    in_flight = setup.max_in_flight if cell.mode in PIPELINED_MODES else 1
+    config = ExecutorConfig(
+        cell.mode, setup.threshold, lag_deadband_rad=setup.lag_deadband_rad, max_in_flight=in_flight
+    )
+    server_config = ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=2, model_workers=in_flight)
     try:
-        with PolicyServer(policy, ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=2)) as server:
+        with PolicyServer(policy, server_config) as server:
             with ClientSocket(server.endpoint, robot_id="bench") as client:
                 info = client.connect(timeout_s=10.0)
                 policy.reset()
@@ -130,6 +134,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
         "missed_ticks": ep.missed_ticks,
         "pauses": ep.pauses,
         "step_clamps": ep.step_clamps,
+        "chunks": len(ep.received),
         "delay_p50_ticks": float(np.percentile(delays, 50)) if delays.size else None,
         "delay_max_ticks": float(delays.max()) if delays.size else None,
     }

@@ -101,15 +101,16 @@ def arm_config(args: argparse.Namespace) -> ArmConfig:
     )
 
 
-def executor_config(args: argparse.Namespace) -> ExecutorConfig:
+def executor_config(args: argparse.Namespace, max_in_flight: int = 1) -> ExecutorConfig:
     try:
-        return ExecutorConfig(args.mode)
+        return ExecutorConfig(args.mode, max_in_flight=max_in_flight)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
 
-def server_endpoint(args: argparse.Namespace) -> tuple[str, subprocess.Popen | None]:
-    """--server, or a local `robotrl serve --policy` started (and answering) now."""
+def server_endpoint(args: argparse.Namespace, model_workers: int = 1) -> tuple[str, subprocess.Popen | None]:
+    """--server, or a local `robotrl serve --policy` with `model_workers` started (and
+    answering) now."""
     from robotrl.learn.launch import start_local_server, wait_for_server
 
     if args.server:
@@ -117,7 +118,7 @@ def server_endpoint(args: argparse.Namespace) -> tuple[str, subprocess.Popen | N
     if args.policy is None:
         raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
     with tempfile.TemporaryDirectory(prefix="robotrl-serve-") as folder:  # read by the server at its start
-        proc, endpoint = start_local_server(args.policy, Path(folder))
+        proc, endpoint = start_local_server(args.policy, Path(folder), model_workers)
         try:
             wait_for_server(endpoint, proc)
         except BaseException:

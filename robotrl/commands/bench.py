@@ -127,6 +127,13 @@ def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes
         default=1.0,
         help="async modes request at queued/H <= threshold (default: 1, re-plan as soon as the previous chunk is in)",
     )
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=1,
+        help="naive and vlash modes: requests in flight at once, one more per tick while the threshold holds; "
+        "in real time the server runs as many model workers (default: 1)",
+    )
     parser.add_argument("--seed0", type=int, help="first seed (default: 100000, never a training seed)")
     parser.add_argument("--ray", action="store_true", help="run stepped episodes as Ray tasks")
     parser.add_argument("--ray-address", help="Ray cluster address (default: a local Ray instance)")
@@ -386,6 +393,8 @@ def _setup(args: argparse.Namespace):
         raise UserError("--episodes, --horizon and --execute-steps must be at least 1")
     if not 0 <= args.threshold <= 1:
         raise UserError("--threshold must be in [0, 1]")
+    if args.in_flight < 1:
+        raise UserError("--in-flight must be at least 1")
     if args.policy is not None and not args.policy.exists():
         raise UserError(f"policy checkpoint {args.policy} does not exist")
     device = resolve_device(args.device) if args.policy is not None else "cpu"
@@ -397,6 +406,7 @@ def _setup(args: argparse.Namespace):
         horizon=args.horizon,
         execute_horizon=args.execute_steps or 15,
         threshold=args.threshold,
+        max_in_flight=args.in_flight,
         device=device,
     )
 

@@ -19,6 +19,14 @@ from robotrl.core.errors import UserError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arm_arguments(parser)
     add_server_arguments(parser)
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=1,
+        help="naive and vlash modes: requests in flight at once (one more per tick): the arm reacts within the "
+        "inference delay, for N times the model calls; the local server runs N model workers (a remote "
+        "`robotrl serve` needs --workers N) (default: 1)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,8 +34,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.max_seconds <= 0:
         raise UserError("--episodes must be >= 1 and --max-seconds > 0")
-    arm, executor = arm_config(args), executor_config(args)  # bad options fail before a server starts
-    endpoint, server = server_endpoint(args)
+    if args.in_flight < 1:
+        raise UserError(f"--in-flight must be >= 1, got {args.in_flight}")
+    arm, executor = arm_config(args), executor_config(args, args.in_flight)  # bad options fail before a server starts
+    endpoint, server = server_endpoint(args, model_workers=args.in_flight)
     try:
         episodes = _episodes(args, arm, executor, endpoint)
     finally:

@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "keys from `robotrl keys`): encrypt and allow only those clients",
     )
     add_field(parser, "--batch-wait-ms", ServerConfig, "longest wait to batch requests of several robots")
+    add_field(
+        parser,
+        "--workers",
+        ServerConfig,
+        "model threads running batches side by side (robots deployed with --in-flight N want N)",
+        field="model_workers",
+    )
     add_field(parser, "--slow-rate-hz", ServerConfig, "rate of the slow vision-language pathway per robot")
     add_field(
         parser,
@@ -98,9 +105,12 @@ def _job(args: argparse.Namespace) -> ServeJob:
         return load_config(ServeJob, args.config)
     if args.policy is None:
         raise UserError("give --policy CKPT (or --config FILE)")
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
     server = ServerConfig(
         endpoint=args.bind,
         batch_wait_ms=args.batch_wait_ms,
+        model_workers=args.workers,
         slow_rate_hz=args.slow_rate_hz,
         weights_from=args.weights_from,
         weights_keys=args.learner_keys,

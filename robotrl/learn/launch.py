@@ -107,15 +107,16 @@ def start_server(job: ServeJob, config_file: Path, log: Path | None = None) -> s
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
-def start_local_server(policy: Path, config_dir: Path) -> tuple[subprocess.Popen, str]:
-    """`robotrl serve` of `policy` on a free loopback port (its config file in
-    `config_dir`): (process, endpoint)."""
+def start_local_server(policy: Path, config_dir: Path, model_workers: int = 1) -> tuple[subprocess.Popen, str]:
+    """`robotrl serve` of `policy` with `model_workers` on a free loopback port (its config
+    file in `config_dir`): (process, endpoint)."""
     from robotrl.inference.server import ServeJob, ServerConfig
 
     if not policy.exists():
         raise UserError(f"policy checkpoint {policy} does not exist")
     endpoint = f"tcp://{LOCAL}:{free_port()}"
-    return start_server(ServeJob(policy, ServerConfig(endpoint=endpoint)), config_dir / "server.json"), endpoint
+    server = ServerConfig(endpoint=endpoint, model_workers=model_workers)
+    return start_server(ServeJob(policy, server), config_dir / "server.json"), endpoint
 
 
 def wait_for_server(endpoint: str, proc: subprocess.Popen, timeout_s: float = SERVER_START_S) -> None:

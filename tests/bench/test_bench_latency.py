@@ -99,6 +99,21 @@ def test_cell_records_do_not_depend_on_what_ran_before(env):
     assert first["reaction_ticks"] is not None and first["jump_tick"] is not None
 
 
+def test_several_requests_in_flight_react_within_the_inference_delay():
+    nominal, delay = get_scenario("nominal"), DelaySpec(4, 4)
+    one, four = BenchSetup(), BenchSetup(max_in_flight=4)
+    assert one.fingerprint() != four.fingerprint()  # cached episodes of one never stand for the other
+    for seed in range(SEED, SEED + 4):
+        pipelined = run_cell(four, Cell(nominal, "vlash", delay, seed))
+        single = run_cell(one, Cell(nominal, "vlash", delay, seed))
+        assert pipelined["reaction_ticks"] == 4  # the request of the jump tick itself
+        assert 4 <= single["reaction_ticks"] <= 7  # the first request at or after it: up to d - 1 later
+        assert pipelined["chunks"] > 3 * single["chunks"]
+        assert pipelined["success"] and single["success"]
+    sync = run_cell(four, Cell(nominal, "sync", delay, SEED))  # sync keeps one request in flight
+    assert sync["chunks"] == run_cell(one, Cell(nominal, "sync", delay, SEED))["chunks"]
+
+
 def test_pick_place_expert_keeps_its_plan_across_chunks():
     setup = BenchSetup(task="pick_place")
     record = run_cell(setup, Cell(get_scenario("nominal"), "vlash", DelaySpec(4, 4), 1))
@@ -221,6 +236,17 @@ def test_realtime_episode_through_the_deploy_path_with_latency_and_jitter():
     record = run_realtime_cell(BenchSetup(), cell)
     assert record["key"] == cell.key and record["ticks"] == 30 and record["missed_ticks"] >= 0
     assert record["delay_p50_ticks"] is not None and record["delay_p50_ticks"] >= 2  # the model sleeps 2-3 ticks
+
+
+def test_realtime_requests_in_flight_run_side_by_side_on_the_servers_workers():
+    from robotrl.bench.realtime import RealtimeCell, run_realtime_cell
+
+    cell = RealtimeCell("latency", get_scenario("nominal"), "vlash", SEED, max_ticks=45, latency=DelaySpec(3, 3))
+    one = run_realtime_cell(BenchSetup(), cell)
+    three = run_realtime_cell(BenchSetup(max_in_flight=3), cell)
+    # a reply every 3 ticks with one in flight; about one per tick with three on three workers
+    assert three["chunks"] >= 2 * one["chunks"] and one["chunks"] >= 8
+    assert three["delay_p50_ticks"] == pytest.approx(3, abs=1)
 
 
 def test_realtime_rows_compare_with_the_stepped_interval():

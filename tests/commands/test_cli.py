@@ -235,9 +235,13 @@ def test_serve_refuses_a_taken_or_malformed_endpoint_before_loading_the_model(tm
         (["deploy", "--episodes", "-1", "--server", "tcp://127.0.0.1:1"], "--episodes must be >= 1"),
         (["deploy", "--task", "juggle", "--policy", "/nonexistent/ckpt"], "unknown task 'juggle'"),
         (["deploy", "--scenario", "lunar", "--server", "tcp://127.0.0.1:1"], "unknown scenario 'lunar'"),
+        (["deploy", "--in-flight", "0", "--server", "tcp://127.0.0.1:1"], "--in-flight must be >= 1, got 0"),
+        (["deploy", "--mode", "sync", "--in-flight", "2", "--server", "tcp://127.0.0.1:1"], "1 in the sync modes"),
+        (["serve", "--policy", "/nonexistent/ckpt", "--workers", "0"], "--workers must be >= 1, got 0"),
+        (["bench", "latency", "--in-flight", "0"], "--in-flight must be at least 1"),
     ],
 )
-def test_deploy_checks_its_options_before_starting_anything(argv, message, capsys):
+def test_deploy_serve_and_bench_check_their_options_before_starting_anything(argv, message, capsys):
     start = time.perf_counter()
     assert main(argv) == 2
     err = capsys.readouterr().err

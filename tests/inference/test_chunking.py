@@ -137,17 +137,20 @@ def test_splice_mode_blends_only_async_chunks_planned_from_the_measured_state():
 
 
 # -- should_request ---------------------------------------------------------------------
-def test_should_request_at_the_threshold_and_never_while_in_flight():
-    assert should_request(5, 10, 0.5, in_flight=False)  # 5 / 10 = 0.5 <= 0.5
-    assert not should_request(6, 10, 0.5, in_flight=False)  # 0.6 > 0.5
-    assert should_request(0, 10, 0.5, in_flight=False)
-    assert not should_request(0, 10, 0.5, in_flight=True)
-    assert not should_request(1, 10, 0.0, in_flight=False)  # threshold 0: only when empty
-    assert should_request(10, 10, 1.0, in_flight=False)  # threshold 1: always re-plan
+def test_should_request_at_the_threshold_while_fewer_than_the_limit_are_in_flight():
+    assert should_request(5, 10, 0.5, in_flight=0)  # 5 / 10 = 0.5 <= 0.5
+    assert not should_request(6, 10, 0.5, in_flight=0)  # 0.6 > 0.5
+    assert should_request(0, 10, 0.5, in_flight=0)
+    assert not should_request(0, 10, 0.5, in_flight=1)  # one in flight at a time by default
+    assert should_request(0, 10, 0.5, in_flight=3, max_in_flight=4)
+    assert not should_request(0, 10, 0.5, in_flight=4, max_in_flight=4)
+    assert not should_request(6, 10, 0.5, in_flight=0, max_in_flight=4)  # the threshold still holds
+    assert not should_request(1, 10, 0.0, in_flight=0)  # threshold 0: only when empty
+    assert should_request(10, 10, 1.0, in_flight=0)  # threshold 1: always re-plan
     with pytest.raises(ValueError):
-        should_request(1, 10, 1.5, in_flight=False)
+        should_request(1, 10, 1.5, in_flight=0)
     with pytest.raises(ValueError):
-        should_request(1, 0, 0.5, in_flight=False)
+        should_request(1, 0, 0.5, in_flight=0)
 
 
 # -- DelayEstimator ---------------------------------------------------------------------

@@ -321,6 +321,66 @@ def test_executor_config_rejects_a_deadband_outside_vlash_and_unknown_modes():
         ExecutorConfig("vlash", lag_deadband_rad=-0.1)
     with pytest.raises(ValueError, match="unknown mode 'warp'"):
         ExecutorConfig("warp")
+    with pytest.raises(ValueError, match="max_in_flight"):
+        ExecutorConfig("vlash", max_in_flight=0)
+    with pytest.raises(ValueError, match="1 in the sync modes"):
+        ExecutorConfig("sync", max_in_flight=2)
+
+
+@pytest.mark.parametrize("mode", ["naive", "vlash"])
+def test_several_requests_in_flight_ask_every_tick_and_execute_rows_d_ticks_old(env, mode):
+    delay = 4
+    one = run_stepped_episode(env, 2, mode, delay, H, threshold=1.0)
+    ep = run_stepped_episode(env, 2, mode, delay, H, threshold=1.0, max_in_flight=delay)
+    executed = [r for r in ep.trace if not r.paused]
+    # one request per tick: every tick from the first reply on runs a chunk of its own,
+    # planned from the observation exactly d ticks before
+    assert [r.chunk_id for r in executed] == list(range(len(executed)))
+    assert {r.tick - r.obs_tick for r in executed} == {delay}
+    assert [r.tick for r in ep.trace if r.paused] == list(range(delay))
+    # one request in flight: a request every d ticks, rows d .. 2d - 1 ticks old
+    assert {r.tick - r.obs_tick for r in one.trace if not r.paused} == set(range(delay, 2 * delay))
+    assert len(ep.received) > 3 * len(one.received)
+    assert ep.success and one.success
+
+
+class ScriptedSource:
+    """A source whose replies the test hands out: `answer(i)` delivers a chunk for the
+    i-th request (as a server that dropped the ones before it would)."""
+
+    def __init__(self) -> None:
+        self.requests: list[PolicyObservation] = []
+        self.out: list[ActionChunk] = []
+
+    def request(self, obs: PolicyObservation) -> None:
+        self.requests.append(obs)
+
+    def answer(self, i: int, value: float) -> None:
+        obs = self.requests[i]
+        self.out.append(ActionChunk(np.full((H, 6), value), obs.tick + obs.delay_ticks))
+
+    def poll(self, now_tick: int) -> ActionChunk | None:
+        return self.out.pop(0) if self.out else None
+
+
+def test_a_reply_supersedes_the_requests_before_it_and_their_late_replies_are_dropped(env):
+    env.reset(0)
+    source = ScriptedSource()
+    executor = Executor(env.robot, source, H, ExecutorConfig("naive", threshold=1.0, max_in_flight=3))
+    state = env.robot.read()
+    for _ in range(3):  # nothing arrives: a request on each tick until three are in flight
+        executor.tick(state)
+    executor.tick(state)
+    assert [obs.tick for obs in source.requests] == [0, 1, 2]
+    source.answer(1, 0.05)  # the reply to the request of tick 1 (the one of tick 0 was dropped)
+    record = executor.tick(state)
+    assert record.obs_tick == 1 and np.allclose(record.requested_rad, 0.05)
+    assert [obs.tick for obs in source.requests] == [0, 1, 2, 4]  # two in flight again: ask once more
+    source.answer(0, -0.05)  # late: superseded by the reply of tick 1
+    record = executor.tick(state)
+    assert executor.stale_replies == 1 and record.obs_tick == 1
+    source.answer(2, 0.02)  # still in flight: taken
+    assert executor.tick(state).obs_tick == 2
 
 
 @pytest.mark.parametrize("mode", ["vlash", "ensemble"])
