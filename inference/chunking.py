@@ -185,6 +185,20 @@ def should_request(remaining_rows: int, horizon: int, threshold: float, in_fligh
     return in_flight < max_in_flight and remaining_rows / horizon <= threshold
 
 
+DEFAULT_THRESHOLD = 0.5
+"""Request threshold for a policy that does not say how many rows it runs (lerobot's
+`chunk_size_threshold` default)."""
+
+
+def policy_threshold(horizon: int, execute_steps: int) -> float:
+    """The request threshold that re-plans once the s rows a policy was trained to run
+    before the next request (`PolicyMetadata.execute_steps`) are used: 1 - s / H;
+    `DEFAULT_THRESHOLD` when it does not say (s = 0) or runs whole chunks (s >= H)."""
+    if horizon <= 0:
+        raise ValueError(f"horizon must be positive, got {horizon}")
+    return 1.0 - execute_steps / horizon if 0 < execute_steps < horizon else DEFAULT_THRESHOLD
+
+
 class DelayEstimator:
     """Inference delay d in ticks: a windowed high percentile of measured delays.
 

@@ -52,6 +52,7 @@ from robotrl.inference.chunking import (
     carry_lag,
     conditioning_state,
     forward_state,
+    policy_threshold,
     should_request,
     splice,
     splice_mode,
@@ -71,8 +72,10 @@ class ExecutorConfig:
 
     mode: str = "vlash"
     """One of `MODES`."""
-    threshold: float = 0.5
-    """Async modes request the next chunk when queued rows / H <= threshold."""
+    threshold: float | None = None
+    """Async modes request the next chunk when queued rows / H <= threshold. None: the
+    policy's own, `policy_threshold` (1 - s / H for a policy trained to run s rows before
+    the next request, 0.5 when it does not say)."""
     execute_horizon: int | None = None
     """s, rows of each chunk executed in the sync modes (None: all H)."""
     lag_deadband_rad: float | None = None
@@ -91,7 +94,8 @@ class ExecutorConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
-        should_request(0, 1, self.threshold, False)  # validates threshold
+        if self.threshold is not None:
+            should_request(0, 1, self.threshold, 0)  # validates threshold
         if self.execute_horizon is not None and self.execute_horizon < 1:
             raise ValueError(f"execute_horizon must be >= 1, got {self.execute_horizon}")
         if self.lag_deadband_rad is not None and (self.lag_deadband_rad < 0 or not self.mode.startswith("vlash")):
@@ -259,12 +263,14 @@ class Executor:
         robot: the `SafeRobot` every target goes through.
         source: the `ChunkSource`.
         horizon: H, rows per chunk.
-        config: mode, request threshold, execute horizon, lag deadband.
+        config: mode, request threshold, execute horizon, lag deadband, requests in flight.
         initial_delay_ticks: the delay estimate d at the start of every episode.
         intervener: who may take over (called every tick), or None.
         lost_errors: exception types of `source` meaning "server lost": hold, retry later.
         past_frame_ticks: G of the policy (`PolicyMetadata.past_frame_ticks`): each request
             also carries every camera's frame of G ticks earlier.
+        execute_steps: s of the policy (`PolicyMetadata.execute_steps`, 0: not said), for
+            the threshold when `config.threshold` is None.
 
     Attributes:
         trace: one `TickRecord` per tick of the current episode, for benchmarks.
@@ -285,12 +291,14 @@ class Executor:
         intervener: Intervener | None = None,
         lost_errors: tuple[type[BaseException], ...] = (),
         past_frame_ticks: int = 0,
+        execute_steps: int = 0,
     ) -> None:
         s = horizon if config.execute_horizon is None else min(config.execute_horizon, horizon)
         if horizon <= 0:
             raise ValueError(f"need horizon > 0, got {horizon}")
         self.robot, self.source, self.config = robot, source, config
-        self.mode, self.horizon, self.threshold, self.execute_horizon = config.mode, horizon, config.threshold, s
+        threshold = policy_threshold(horizon, execute_steps) if config.threshold is None else config.threshold
+        self.mode, self.horizon, self.threshold, self.execute_horizon = config.mode, horizon, threshold, s
         self.initial_delay_ticks = initial_delay_ticks
         self.lost_errors = lost_errors
         self.intervener = intervener

@@ -206,4 +206,5 @@ def remote_executor(
         intervener=intervener,
         lost_errors=(WireError,),
         past_frame_ticks=int(server_info.get("past_frame_ticks", 0)),
+        execute_steps=int(server_info.get("execute_steps", 0)),
     )

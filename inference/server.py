@@ -287,6 +287,7 @@ class PolicyServer:
             "rtc": self.policy.metadata.follows_rtc_prefix,
             "start_state_rad": list(self.policy.metadata.start_state_rad),
             "past_frame_ticks": self.policy.metadata.past_frame_ticks,
+            "execute_steps": self.policy.metadata.execute_steps,
         }
         try:
             server = ServerSocket(

@@ -104,7 +104,7 @@ def run_stepped_episode(
     delay_ticks: int | Callable[[np.random.Generator], int],
     horizon: int = 16,
     *,
-    threshold: float = 0.5,
+    threshold: float | None = None,
     execute_horizon: int | None = None,
     policy: ChunkPolicy | None = None,
     initial_delay_ticks: int | None = None,
@@ -152,6 +152,7 @@ def run_stepped_episode(
             initial_delay_ticks=initial_delay_ticks,
             intervener=intervener,
             past_frame_ticks=policy.metadata.past_frame_ticks,
+            execute_steps=policy.metadata.execute_steps,
         )
     return EpisodeRunner(env.robot, env, executor, env.clock).run(seed)
 

@@ -46,6 +46,12 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"execution mode: {', '.join(MODES)} (default: %(default)s)",
     )
     parser.add_argument(
+        "--threshold",
+        type=float,
+        help="async modes request the next chunk at queued rows / H <= threshold, lerobot's chunk_size_threshold "
+        "(default: the policy's, 1 - s/H for one trained to run s rows per request, else 0.5)",
+    )
+    parser.add_argument(
         "--episodes",
         type=int,
         default=field_default(ActorJob, "episodes"),
@@ -103,7 +109,7 @@ def arm_config(args: argparse.Namespace) -> ArmConfig:
 
 def executor_config(args: argparse.Namespace, max_in_flight: int = 1) -> ExecutorConfig:
     try:
-        return ExecutorConfig(args.mode, max_in_flight=max_in_flight)
+        return ExecutorConfig(args.mode, args.threshold, max_in_flight=max_in_flight)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 

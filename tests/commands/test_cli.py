@@ -236,6 +236,7 @@ def test_serve_refuses_a_taken_or_malformed_endpoint_before_loading_the_model(tm
         (["deploy", "--task", "juggle", "--policy", "/nonexistent/ckpt"], "unknown task 'juggle'"),
         (["deploy", "--scenario", "lunar", "--server", "tcp://127.0.0.1:1"], "unknown scenario 'lunar'"),
         (["deploy", "--in-flight", "0", "--server", "tcp://127.0.0.1:1"], "--in-flight must be >= 1, got 0"),
+        (["deploy", "--threshold", "1.5", "--server", "tcp://127.0.0.1:1"], "threshold must be in [0, 1], got 1.5"),
         (["deploy", "--mode", "sync", "--in-flight", "2", "--server", "tcp://127.0.0.1:1"], "1 in the sync modes"),
         (["serve", "--policy", "/nonexistent/ckpt", "--workers", "0"], "--workers must be >= 1, got 0"),
         (["bench", "latency", "--in-flight", "0"], "--in-flight must be at least 1"),

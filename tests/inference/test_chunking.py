@@ -7,12 +7,14 @@ import pytest
 
 from robotrl.core.policy import ActionChunk
 from robotrl.inference.chunking import (
+    DEFAULT_THRESHOLD,
     DelayEstimator,
     arm_deadband,
     boundary_discontinuity_ratio,
     boundary_jerk_ratio,
     carry_lag,
     forward_state,
+    policy_threshold,
     prefix_consistency,
     rtc_weights,
     should_request,
@@ -134,6 +136,16 @@ def test_splice_mode_blends_only_async_chunks_planned_from_the_measured_state():
     assert splice_mode(sync=False, delay_ticks=0) == "blend"  # naive, and vlash at d = 0
     assert splice_mode(sync=False, delay_ticks=1) == "replace"  # vlash: planned from a_(t+d-1)
     assert splice_mode(sync=True, delay_ticks=0) == "replace"  # sync: the queue is empty
+
+
+# -- policy_threshold -------------------------------------------------------------------
+def test_the_policys_threshold_re_plans_after_the_rows_it_was_trained_to_run():
+    assert policy_threshold(16, 2) == pytest.approx(0.875)  # ask again once 2 of 16 rows are used
+    assert policy_threshold(8, 4) == pytest.approx(0.5)
+    assert policy_threshold(16, 0) == DEFAULT_THRESHOLD == 0.5  # the policy does not say
+    assert policy_threshold(16, 16) == DEFAULT_THRESHOLD  # whole chunks: lerobot's default
+    with pytest.raises(ValueError):
+        policy_threshold(0, 2)
 
 
 # -- should_request ---------------------------------------------------------------------

@@ -4,6 +4,8 @@ lost chunk source."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -321,6 +323,8 @@ def test_executor_config_rejects_a_deadband_outside_vlash_and_unknown_modes():
         ExecutorConfig("vlash", lag_deadband_rad=-0.1)
     with pytest.raises(ValueError, match="unknown mode 'warp'"):
         ExecutorConfig("warp")
+    with pytest.raises(ValueError, match="threshold must be in"):
+        ExecutorConfig("vlash", 1.5)
     with pytest.raises(ValueError, match="max_in_flight"):
         ExecutorConfig("vlash", max_in_flight=0)
     with pytest.raises(ValueError, match="1 in the sync modes"):
@@ -342,6 +346,23 @@ def test_several_requests_in_flight_ask_every_tick_and_execute_rows_d_ticks_old(
     assert {r.tick - r.obs_tick for r in one.trace if not r.paused} == set(range(delay, 2 * delay))
     assert len(ep.received) > 3 * len(one.received)
     assert ep.success and one.success
+
+
+def test_without_a_threshold_the_executor_re_plans_after_the_policys_own_rows(env):
+    class TwoRows(ExpertChunkPolicy):  # trained to run 2 of its 16 rows per request
+        @property
+        def metadata(self):
+            return replace(super().metadata, execute_steps=2)
+
+    env.reset(0)
+    own = run_stepped_episode(env, 0, "vlash", 1, H, policy=TwoRows(env.make_expert(0), H, env.spec))
+    half = run_stepped_episode(env, 0, "vlash", 1, H, threshold=0.5, policy=TwoRows(env.make_expert(0), H, env.spec))
+    # 1 - 2/16: ask again once 2 rows are used (a reply every 2 ticks at d = 1), not 8
+    assert {r.tick - r.obs_tick for r in own.trace if not r.paused} == {1, 2}
+    assert max(r.tick - r.obs_tick for r in half.trace if not r.paused) == 8
+    executor = Executor(env.robot, LocalChunkSource(TwoRows(env.make_expert(0), H, env.spec)), H, execute_steps=2)
+    assert executor.threshold == pytest.approx(0.875)
+    assert Executor(env.robot, executor.source, H, ExecutorConfig(threshold=1.0), execute_steps=2).threshold == 1.0
 
 
 class ScriptedSource:

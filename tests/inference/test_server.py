@@ -692,3 +692,22 @@ def test_a_stepped_arm_refuses_several_requests_in_flight():
             )  # type: ignore[arg-type]
     finally:
         env.close()
+
+
+def test_a_deployed_arm_re_plans_after_the_rows_the_served_policy_was_trained_to_run():
+    class TwoRows(RampPolicy):
+        @property
+        def metadata(self) -> PolicyMetadata:
+            return PolicyMetadata("ramp", H, 6, 30.0, 6, execute_steps=2)
+
+    env = TaskEnv("reach", cameras=())
+    try:
+        with PolicyServer(TwoRows(), ServerConfig(endpoint="tcp://127.0.0.1:*")) as server:
+            with ClientSocket(server.endpoint, robot_id="arm") as client:
+                info = client.connect(timeout_s=5)
+                own = remote_executor(env.robot, client, info, ExecutorConfig("vlash"), robot_id="arm")
+                set_by_user = remote_executor(env.robot, client, info, ExecutorConfig("vlash", 0.5), robot_id="arm")
+    finally:
+        env.close()
+    assert info["execute_steps"] == 2
+    assert own.threshold == pytest.approx(1 - 2 / H) and set_by_user.threshold == 0.5
