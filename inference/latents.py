@@ -3,7 +3,9 @@
 share it, so a latent ages and refreshes the same way in serving and evaluation.
 
 A robot's latent is encoded afresh on its first request, when the weight version, the
-instruction or the episode (ticks go back) changed; `refresh` re-encodes it from newer
+instruction or the episode (ticks go back) changed, or when it is older than the policy
+was trained on (`PolicyMetadata.max_latent_age_ticks`, J of `--latent-delay-max`: with
+J = 0 every request with images is encoded afresh); `refresh` re-encodes it from newer
 images (the server's slow loop, the local source's every-n-requests). Its age is the
 request tick minus the latent's tick, 0 without images (the latent of the instruction
 alone never ages). Thread-safe: the server's model and slow threads both use it.
@@ -47,6 +49,7 @@ class LatentCache:
 
     def __init__(self, policy: SlowFastPolicy) -> None:
         self.policy = policy
+        self.max_age_ticks = policy.metadata.max_latent_age_ticks
         self._robots: dict[str, _Robot] = {}
         self._lock = threading.Lock()
 
@@ -66,7 +69,11 @@ class LatentCache:
         with self._lock:
             robots = [self._robots.setdefault(robot_id, _Robot()) for robot_id in robot_ids]
             cached = [robot.latent for robot in robots]
-        due = {r: o for r, o, latent in zip(robot_ids, observations, cached) if not _fits(latent, o, version)}
+        due = {
+            r: o
+            for r, o, latent in zip(robot_ids, observations, cached)
+            if not _fits(latent, o, version, self.max_age_ticks)
+        }
         fresh = self.refresh_many(due, version) if due else {}
         pairs = []
         with self._lock:
@@ -129,12 +136,14 @@ class LatentCache:
             self._robots.clear()
 
 
-def _fits(latent: _Latent | None, obs: PolicyObservation, version: int) -> bool:
+def _fits(latent: _Latent | None, obs: PolicyObservation, version: int, max_age_ticks: int | None) -> bool:
     """Whether `latent` may answer `obs` under weight `version`: same weights and
-    instruction, and the same episode (its tick not ahead of the request's)."""
+    instruction, the same episode (its tick not ahead of the request's), and, with
+    images, no older than `max_age_ticks` (None: any age)."""
     return (
         latent is not None
         and latent.version == version
         and latent.instruction == obs.instruction
         and obs.tick >= latent.tick
+        and (max_age_ticks is None or not obs.images or obs.tick - latent.tick <= max_age_ticks)
     )

@@ -86,6 +86,10 @@ class FastSlowConfig:
     ignored which cube the instruction named (0/50). Checkpoints without the field: False."""
     max_age_ticks: int = 32
     """Largest latent age the age embedding distinguishes (older ages are clipped)."""
+    latent_delay_max: int | None = None
+    """J of training (`--latent-delay-max`): the oldest latent, in ticks before the
+    request's observation, the fast pathway was trained on; a server re-encodes an older
+    one with the request (`LatentCache`). None: not recorded."""
     rtc_train: bool = False
     """Trained with clean prefixes (training-time RTC): at inference a prefix is given to
     the expert as clean rows instead of guiding the sampler."""
@@ -136,8 +140,8 @@ class FastSlowConfig:
             raise ConfigError(
                 f"FastSlowConfig.past_frame_ticks ({self.past_frame_ticks}) must be >= 0, and > 0 only with cameras"
             )
-        if self.max_age_ticks < 0:
-            raise ConfigError("FastSlowConfig.max_age_ticks must be >= 0")
+        if self.max_age_ticks < 0 or (self.latent_delay_max is not None and self.latent_delay_max < 0):
+            raise ConfigError("FastSlowConfig.max_age_ticks and latent_delay_max must be >= 0")
         if self.start_state_rad and len(self.start_state_rad) != self.state_dim:
             raise ConfigError(
                 f"FastSlowConfig.start_state_rad has {len(self.start_state_rad)} joints, state_dim is {self.state_dim}"

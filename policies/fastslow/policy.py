@@ -105,6 +105,7 @@ class FastSlowPolicy:
             c.execute_steps,
             start_state_rad=c.start_state_rad,
             past_frame_ticks=c.past_frame_ticks,
+            max_latent_age_ticks=c.latent_delay_max,
         )
 
     def reset(self) -> None:
@@ -225,6 +226,9 @@ class FastSlowPolicy:
     def load(cls, path: Path, *, seed: int = 0, device: str | torch.device = "cpu") -> FastSlowPolicy:
         """The checkpoint at `path`, read onto the CPU and moved to `device`."""
         doc, tensors = read_checkpoint(path, POLICY_TYPE)
+        trained = doc.get("training", {}).get("train_config", {})
+        if "latent_delay_max" not in doc["config"] and "latent_delay_max" in trained:  # saved before the field
+            doc["config"]["latent_delay_max"] = trained["latent_delay_max"]
         config = FastSlowConfig.from_dict(doc["config"])
         vocab = Vocabulary(doc["vocabulary"])
         model = FastSlowModel(config, len(vocab))

@@ -76,14 +76,30 @@ class DelayedPolicy:
     def metadata(self):
         return self.policy.metadata
 
-    def predict_chunk(self, obs):
+    def predict_chunk(self, obs, *latent_and_age):
         done_s = time.perf_counter() + max(self.delay.draw(self._rng) - 0.5, 0.0) * self.dt_s
-        chunk = self.policy.predict_chunk(obs)
+        chunk = self.policy.predict_chunk(obs, *latent_and_age)
         time.sleep(max(0.0, done_s - time.perf_counter()))
         return chunk
 
     def reset(self) -> None:
         self.policy.reset()
+
+
+class DelayedSlowFastPolicy(DelayedPolicy):
+    """A `DelayedPolicy` of a `SlowFastPolicy` that stays one: the server keeps its latents
+    (`LatentCache`, the slow pathway's refresh rate) as it does for the policy deployed."""
+
+    def encode_slow(self, obs):
+        return self.policy.encode_slow(obs)
+
+
+def delayed(policy, delay: DelaySpec, dt_s: float, seed: int) -> DelayedPolicy:
+    """`policy` whose replies take `delay` ticks, with its slow pathway when it has one."""
+    from robotrl.core.policy import SlowFastPolicy
+
+    wrapper = DelayedSlowFastPolicy if isinstance(policy, SlowFastPolicy) else DelayedPolicy
+    return wrapper(policy, delay, dt_s, seed)
 
 
 def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
@@ -105,7 +121,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
         else ExpertChunkPolicy(env.make_expert(cell.seed), setup.horizon, env.spec)
     )
     if cell.latency is not None:
-        policy = DelayedPolicy(policy, cell.latency, env.dt_s, cell.seed)
+        policy = delayed(policy, cell.latency, env.dt_s, cell.seed)
     observers = [Jitter(cell.jitter * env.dt_s, cell.seed)] if cell.jitter > 0 else []
     in_flight = setup.max_in_flight if cell.mode in PIPELINED_MODES else 1
     config = ExecutorConfig(

@@ -46,6 +46,10 @@ class PolicyMetadata:
     past_frame_ticks: int = 0
     """G: the policy also reads each camera's frame from G ticks before the observation,
     under `past_image_key(camera)` (motion a single frame cannot show); 0: none."""
+    max_latent_age_ticks: int | None = None
+    """Slow/fast policies: the oldest latent (ticks between its frame and the request's
+    observation) the fast pathway was trained on; an older one is re-encoded with the
+    request (`LatentCache`). None: any age."""
 
     @property
     def image_keys(self) -> tuple[str, ...]:

@@ -163,6 +163,7 @@ def policy_config(frames: FrameTable, cfg: TrainConfig) -> FastSlowConfig:
             "env_state_dim": env_state_dim,
             "max_age_ticks": age_max,
             "rtc_train": cfg.rtc_train,
+            "latent_delay_max": cfg.latent_delay_max,
         }
     )
 

@@ -126,6 +126,37 @@ class TextLatentPolicy:
         pass
 
 
+class FrameLatentPolicy(TextLatentPolicy):
+    """A camera policy whose latent is the tick of the frame it saw; every row is latent +
+    1000 x age. Trained on latents at most `max_age` ticks old."""
+
+    def __init__(self, max_age: int | None) -> None:
+        self.metadata = PolicyMetadata("frame", H, 6, 30.0, 6, ("front",), 4, max_latent_age_ticks=max_age)
+
+    def encode_slow(self, obs: PolicyObservation) -> float:
+        return float(obs.tick)
+
+
+@pytest.mark.parametrize("max_age", [None, 0, 3])
+def test_a_latent_older_than_the_policy_was_trained_on_is_encoded_with_the_request(max_age):
+    def ask(client, request_id, tick):
+        req = request("arm", request_id, np.zeros(6), tick=tick)
+        req.images = {"front": np.zeros((4, 4, 3), np.uint8)}
+        return client.request(req, 5).actions[0, 0]
+
+    config = ServerConfig(endpoint="tcp://127.0.0.1:*", slow_rate_hz=0.01)  # the slow loop stays out of it
+    with PolicyServer(FrameLatentPolicy(max_age), config) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            rows = [ask(client, i, tick) for i, tick in enumerate((0, 2, 5), start=1)]
+    expected = {
+        None: [0, 2000, 5000],  # any age: the latent of tick 0 serves every request
+        0: [0, 2, 5],  # trained on fresh latents only: each request encodes its own frame
+        3: [0, 2000, 5],  # tick 2 is 2 ticks after the latent, tick 5 is 5: encoded afresh
+    }
+    assert rows == expected[max_age]
+
+
 def test_slow_latent_follows_the_instruction_of_each_episode():
     """A new instruction (the next episode's task) is encoded before its first chunk, and a
     latent of the instruction alone (no images) never ages: no episode is served the last

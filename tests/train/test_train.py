@@ -47,6 +47,23 @@ def test_the_checkpoint_records_where_the_episodes_started(toy, tmp_path):
     np.testing.assert_allclose(FastSlowPolicy.load(tmp_path / "ck").metadata.start_state_rad, S0, atol=1e-6)
 
 
+def test_the_checkpoint_records_the_oldest_latent_it_was_trained_on(toy, tmp_path):
+    """The toy trainer draws latents up to J = 3 ticks old (`--latent-delay-max 3`): a
+    server re-encodes an older one. A checkpoint saved before the field gets J from its
+    training section."""
+    import json
+
+    _, _, trainer = toy
+    policy = trainer.policy()
+    assert policy.metadata.max_latent_age_ticks == 3
+    policy.save(tmp_path / "ck", extra={"train_config": {"latent_delay_max": 3}})
+    assert FastSlowPolicy.load(tmp_path / "ck").metadata.max_latent_age_ticks == 3
+    doc = json.loads((tmp_path / "ck" / "config.json").read_text())
+    del doc["config"]["latent_delay_max"]
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(doc))
+    assert FastSlowPolicy.load(tmp_path / "ck").metadata.max_latent_age_ticks == 3
+
+
 def test_trained_model_follows_the_instruction(toy):
     policy = toy[2].policy()
     left = policy.predict_chunk(toy_obs("move left")).actions_rad
