@@ -620,6 +620,14 @@ class GatedPolicy(RampPolicy):
         return super().predict_chunks(observations)
 
 
+def send_until_computed(server: PolicyServer, client: ClientSocket) -> None:
+    """Send request 1 of robot "arm" and return once a model worker is computing it."""
+    client.send(request("arm", 1, np.zeros(6), tick=1))
+    deadline = time.monotonic() + 5
+    while server._running == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_a_robot_asking_faster_than_the_model_gets_its_newest_request_answered():
     release = threading.Event()
     policy = GatedPolicy(release)
@@ -631,13 +639,11 @@ def test_a_robot_asking_faster_than_the_model_gets_its_newest_request_answered()
         ):
             client.connect(timeout_s=5)
             other.connect(timeout_s=5)
-            client.send(request("arm", 1, np.zeros(6), tick=1))
-            deadline = time.monotonic() + 5
-            while server._running == 0 and time.monotonic() < deadline:  # request 1 is in the model
-                time.sleep(0.005)
+            send_until_computed(server, client)
             for i in range(2, 6):  # four more while the model is busy: only the newest waits
                 client.send(request("arm", i, np.zeros(6), tick=i))
             other.send(request("other", 7, np.zeros(6), tick=3))
+            deadline = time.monotonic() + 5
             while server.health()["superseded_requests"] < 3 and time.monotonic() < deadline:
                 time.sleep(0.005)
             assert server.health()["queued_requests"] == 2  # one per robot
@@ -656,10 +662,7 @@ def test_model_workers_answer_one_robots_requests_side_by_side():
         policy.warm = True
         with ClientSocket(server.endpoint, robot_id="arm") as client:
             client.connect(timeout_s=5)
-            client.send(request("arm", 1, np.zeros(6), tick=1))
-            deadline = time.monotonic() + 5
-            while server._running == 0 and time.monotonic() < deadline:
-                time.sleep(0.005)
+            send_until_computed(server, client)
             client.send(request("arm", 2, np.zeros(6), tick=2))
             replies = {client.recv(timeout_s=5).request_id for _ in range(2)}
             assert server.health()["threads_alive"] == {
@@ -679,10 +682,7 @@ def test_a_weight_swap_waits_for_the_batches_running_on_other_workers():
         policy.warm = True
         with ClientSocket(server.endpoint, robot_id="arm") as client:
             client.connect(timeout_s=5)
-            client.send(request("arm", 1, np.zeros(6), tick=1))
-            deadline = time.monotonic() + 5
-            while server._running == 0 and time.monotonic() < deadline:
-                time.sleep(0.005)
+            send_until_computed(server, client)
             server.set_weights(2, "v2")
             client.send(request("arm", 2, np.zeros(6), tick=2))  # the other worker must wait to swap
             time.sleep(0.1)
