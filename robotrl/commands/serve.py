@@ -37,6 +37,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder with server.key_secret and allowed_clients/ (public "
         "keys from `robotrl keys`): encrypt and allow only those clients",
     )
+    _add_model_arguments(parser)
+    parser.add_argument(
+        "--weights-from",
+        metavar="tcp://HOST:PORT",
+        help="take new weights from a learner (`robotrl "
+        "learner --weights`): its PUB socket is on PORT, the latest-weights socket on PORT + 1; "
+        "weights swap between chunks",
+    )
+    parser.add_argument(
+        "--learner-keys",
+        type=Path,
+        help="with --weights-from: folder with this server's client.key_secret and the learner's server.key (CURVE)",
+    )
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the model answers: batching, workers, slow pathway, forwarding, noise, device."""
     add_field(parser, "--batch-wait-ms", ServerConfig, "longest wait to batch requests of several robots")
     add_field(
         parser,
@@ -55,18 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_field(parser, "--seed", ServeJob, "seed of the policy's sampling noise")
     add_device_arguments(parser, role="inference_server", config=ServeJob)
-    parser.add_argument(
-        "--weights-from",
-        metavar="tcp://HOST:PORT",
-        help="take new weights from a learner (`robotrl "
-        "learner --weights`): its PUB socket is on PORT, the latest-weights socket on PORT + 1; "
-        "weights swap between chunks",
-    )
-    parser.add_argument(
-        "--learner-keys",
-        type=Path,
-        help="with --weights-from: folder with this server's client.key_secret and the learner's server.key (CURVE)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
