@@ -46,6 +46,12 @@ class RequestSlots[T]:
             robots = list(self._slots)[:max_items]
             return {robot: self._slots.pop(robot) for robot in robots}
 
+    def count_superseded(self, count: int) -> None:
+        """Count `count` items superseded after they were taken (a worker that took a
+        robot's request and then its newer one keeps the newer)."""
+        with self._cond:
+            self.superseded += count
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._slots)

@@ -388,7 +388,7 @@ class PolicyServer:
             more = self._requests.take(self.config.max_batch - len(batch), max(0.0, deadline - time.perf_counter()))
             if not more:
                 break
-            self._requests.superseded += len(batch.keys() & more.keys())
+            self._requests.count_superseded(len(batch.keys() & more.keys()))
             batch.update(more)  # a robot's newest request wins
         with self._gate:
             while self._running and self._pending_weights is not None:
