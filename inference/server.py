@@ -160,6 +160,9 @@ class PolicyServer:
         self._replies: queue.Queue[tuple[bytes, Message]] = queue.Queue()
         self._pending_weights: tuple[int, Any] | None = None  # (version, bytes or staged weights)
         self._latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
+        self._slow_refresh = self._latents is not None and policy.metadata.max_latent_age_ticks != 0
+        """Whether the slow loop runs: a policy trained on fresh latents only (J = 0) has its
+        frames encoded with every request instead (`LatentCache`)."""
         self._newest_obs: dict[str, PolicyObservation] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -204,7 +207,7 @@ class PolicyServer:
             threading.Thread(target=self._model_loop, name=f"robotrl-server-model-{i}", daemon=True)
             for i in range(self.config.model_workers)
         ]
-        if self._latents is not None:
+        if self._slow_refresh:
             self._threads.append(threading.Thread(target=self._slow_loop, name="robotrl-server-slow", daemon=True))
         for thread in self._threads:
             thread.start()
@@ -522,7 +525,7 @@ class PolicyServer:
             prefix_rad=prefix,
             env_state=req.env_state,
         )
-        if self._latents is not None and obs.images:
+        if self._slow_refresh and obs.images:
             with self._lock:
                 self._newest_obs[req.robot_id] = obs
         return obs

@@ -108,12 +108,15 @@ def test_a_latent_older_than_the_policy_was_trained_on_is_encoded_with_the_reque
         with ClientSocket(server.endpoint, robot_id="arm") as client:
             client.connect(timeout_s=5)
             rows = [ask(client, i, tick) for i, tick in enumerate((0, 2, 5), start=1)]
+            slow_loop = "robotrl-server-slow" in server.health()["threads_alive"]
     expected = {
         None: [0, 2000, 5000],  # any age: the latent of tick 0 serves every request
         0: [0, 2, 5],  # trained on fresh latents only: each request encodes its own frame
         3: [0, 2000, 5],  # tick 2 is 2 ticks after the latent, tick 5 is 5: encoded afresh
     }
     assert rows == expected[max_age]
+    # trained on fresh latents only, the server runs no slow loop: every request encodes anyway
+    assert slow_loop == (max_age != 0)
 
 
 def test_slow_latent_follows_the_instruction_of_each_episode():
