@@ -267,7 +267,9 @@ def test_up_runs_the_sim_fleet_restarts_a_killed_actor_and_stops_cleanly(tmp_pat
             roles = s["roles"]
             pids.update(r["pid"] for r in roles.values() if r["pid"])
             arms = [roles["robots.left"], roles["robots.right"]]
-            return all(r["state"] == "up" for r in roles.values()) and all(a["report"]["episodes"] >= 2 for a in arms)
+            served = roles["serve"]["report"].get("chunk_ms_p50") is not None  # the probe's report lags up to 1.5 s
+            up_ = all(r["state"] == "up" for r in roles.values())
+            return up_ and served and all(a["report"]["episodes"] >= 2 for a in arms)
 
         status = _wait(status_file, up, running, 90, "every role up with episodes")
         assert set(status["roles"]) == {"learn", "serve", "robots.left", "robots.right"}
