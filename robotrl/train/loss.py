@@ -43,11 +43,20 @@ ENV_LOSS_WEIGHT = 1.0
 flow loss (`estimate_env_state`)."""
 
 ESTIMATE_NOISE = 0.005
-"""Std of the Gaussian noise (env_state's units: metres for pick_place's object positions)
-on the simulator's env_state that the fast pathway trains on under `estimate_env_state`:
-about the estimate's error on unseen scenes (0.3-0.4 cm per axis from 600 pick_place
-demonstrations), so the fast pathway learns to act on an estimate that good, and the
-estimate is trained by its own error alone."""
+"""Least std of the Gaussian noise (env_state's units: metres for pick_place's object
+positions) on the simulator's env_state that the fast pathway trains on under
+`estimate_env_state`: about the estimate's error on unseen scenes (0.3-0.4 cm per axis
+from 600 pick_place demonstrations), so the fast pathway learns to act on an estimate that
+good, and the estimate is trained by its own error alone. A feature the estimate gets
+worse than that (track's ball velocity, m/s, read from two frames) is blurred by the
+estimate's own error on the batch (`estimate_noise_std`)."""
+
+
+def estimate_noise_std(error: torch.Tensor) -> torch.Tensor:
+    """(E,) std of the noise on each env_state feature the fast pathway trains on: the
+    estimate's root mean squared error over the batch, `error` (B, E) in env_state's units,
+    and at least `ESTIMATE_NOISE`."""
+    return error.pow(2).mean(0).sqrt().clamp(min=ESTIMATE_NOISE)
 
 
 def sample_tau(n: int) -> torch.Tensor:
@@ -77,10 +86,11 @@ def flow_matching_loss(
     if model.config.estimate_env_state:  # the fast pathway sees the true state blurred to the estimate's error
         if batch.env_state is None:
             raise ValueError("estimate_env_state trains on the privileged env_state; the batch has none")
-        estimate = model.estimate_env(latent)
-        env_loss = ((estimate - normalizer.env(batch.env_state)) ** 2).mean()
-        noise = ESTIMATE_NOISE * torch.randn(batch.env_state.shape, dtype=batch.env_state.dtype)
-        env = batch.env_state + noise.to(batch.env_state.device)
+        residual = model.estimate_env(latent) - normalizer.env(batch.env_state)
+        env_loss = (residual**2).mean()
+        std = estimate_noise_std(residual.detach() * normalizer.stat("env_std", residual))
+        noise = torch.randn(batch.env_state.shape, dtype=batch.env_state.dtype).to(std.device) * std
+        env = batch.env_state + noise
     fresh = normalizer.fresh(batch.state, env, batch.ee, model.config.relative_object_dim)
     cond = model.expert.condition(latent, batch.age, fresh)
     x1 = normalizer.encode_chunk(batch.chunk, batch.state)
