@@ -119,7 +119,8 @@ class ArmTask:
     instruction is fixed; episodes end by a person's label or the tick limit. Each episode
     begins (`start_pose`) with the move to `start_rad` (the served policy's start pose;
     None: the arm starts where it stands), then `on_reset()` if given (a twin lays out
-    its next scene) and `reset_s` seconds of the arm held still while the scene is reset.
+    its next scene; the arm is commanded to stay first, so the scene is driven from its
+    first tick) and `reset_s` seconds of the arm held still while the scene is reset.
     Both wait on `clock`."""
 
     env_state_dim = 0
@@ -143,12 +144,14 @@ class ArmTask:
     def begin(self, seed: int) -> str:
         if self.start_rad is not None and self.clock is not None:
             move_to_start(self.robot, self.clock, self.start_rad)
-        if self.on_reset is not None:
-            self.on_reset()
-        if self.reset_s > 0 and self.clock is not None:
-            log.info("reset the scene: the episode starts in %g s", self.reset_s)
+        if self.on_reset is not None or self.reset_s > 0:
             here = self.robot.read().q_rad if self.start_rad is None else self.start_rad
-            hold_still(self.robot, self.clock, here, self.reset_s)
+            if self.on_reset is not None:
+                self.robot.command(here)  # driven before the scene appears (an arm at its start pose was not moved)
+                self.on_reset()
+            if self.reset_s > 0 and self.clock is not None:
+                log.info("reset the scene: the episode starts in %g s", self.reset_s)
+                hold_still(self.robot, self.clock, here, self.reset_s)
         self.robot.resync()
         return self.instruction
 

@@ -76,3 +76,21 @@ def test_the_reset_period_holds_the_arm_at_the_start_pose_after_asking_for_the_n
         ArmTask(env.robot, "x", None, reset_s=1.0)
     with pytest.raises(ValueError, match="reset_s must be >= 0"):
         ArmTask(env.robot, "x", env.clock, reset_s=-1.0)
+
+
+def test_an_arm_already_at_its_start_pose_is_commanded_before_the_next_scene_is_asked_for() -> None:
+    """A twin counts a scene only when the arm was driven from its first tick: an arm that
+    starts at its start pose (no move) is commanded to stay before `on_reset`, not one
+    tick or more after it (a race under load: the twin's scene began undriven)."""
+    env = TaskEnv("reach", cameras=())
+    env.begin(0)
+    start = env.robot.read().q_rad
+    asked: list[int] = []
+    task = ArmTask(
+        env.robot, "x", env.clock, start, reset_s=0.3, on_reset=lambda: asked.append(env.robot.stats.commands)
+    )
+    before = env.robot.stats.commands
+    task.begin(0)
+    assert asked == [before + 1]  # one command (stay here), then the scene, then the hold
+    assert env.robot.stats.commands - asked[0] == 9  # 0.3 s at 30 Hz
+    assert np.max(np.abs(env.robot.read().q_rad - start)) < NEAR_RAD
