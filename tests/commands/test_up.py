@@ -268,8 +268,8 @@ def test_up_runs_the_sim_fleet_restarts_a_killed_actor_and_stops_cleanly(tmp_pat
             pids.update(r["pid"] for r in roles.values() if r["pid"])
             arms = [roles["robots.left"], roles["robots.right"]]
             served = roles["serve"]["report"].get("chunk_ms_p50") is not None  # the probe's report lags up to 1.5 s
-            up_ = all(r["state"] == "up" for r in roles.values())
-            return up_ and served and all(a["report"]["episodes"] >= 2 for a in arms)
+            all_up = all(r["state"] == "up" for r in roles.values())
+            return all_up and served and all(a["report"]["episodes"] >= 2 for a in arms)
 
         status = _wait(status_file, up, running, 90, "every role up with episodes")
         assert set(status["roles"]) == {"learn", "serve", "robots.left", "robots.right"}
