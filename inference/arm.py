@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 ROBOTS = ("sim", "so101", "so100")
 
+DEFAULT_TASK = "reach"
+"""The simulated arm's task when none is named."""
 TWIN_SCENE_S = 0.3
 """Shortest reset period on a twin, s: it lays out the next scene at its next tick and its
 cameras show it at their next frame (30 Hz each), well before the episode's first reading."""
@@ -45,8 +47,9 @@ class ArmConfig:
 
     robot: str = "sim"
     """sim (MuJoCo SO-101), so101 or so100 (a real arm through lerobot)."""
-    task: str = "reach"
-    """sim: the task (reach, pick_place, track); a real arm: the instruction."""
+    task: str = ""
+    """sim: the task (reach, pick_place, track), '' for `DEFAULT_TASK`; a real arm: the
+    instruction, '' for the one the policy was trained on (`policy_instruction`)."""
     scenario: str = "shifted"
     """sim: nominal or shifted physics."""
     port: str | None = None
@@ -75,6 +78,7 @@ class ArmConfig:
             from robotrl.sim.scenario import SCENARIOS
             from robotrl.sim.tasks import TASKS
 
+            object.__setattr__(self, "task", self.task or DEFAULT_TASK)
             if self.task not in TASKS:
                 raise UserError(f"unknown task {self.task!r} for the simulated arm; choose {', '.join(TASKS)}")
             if self.scenario not in SCENARIOS:
@@ -129,6 +133,8 @@ def open_arm(
         env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=clock)
         try:
             check_control_rate(server_info, env.spec.control_rate_hz)
+            if env.task.instruction is not None:  # a task whose every scene asks the same
+                policy_instruction(env.task.instruction, server_info, f"--task {config.task} asks")
         except UserError:
             env.close()
             raise
@@ -148,6 +154,7 @@ def open_arm(
         raise UserError(
             f"the policy reads cameras {missing}; --cameras gives {given}: name them as the policy was trained"
         )
+    instruction = policy_instruction(config.task, server_info)
     clock = WallClock()
     assert port is not None  # checked by ArmConfig
     arm = LerobotArm(
@@ -165,7 +172,28 @@ def open_arm(
     reset_s, on_reset = config.reset_time_s, None
     if twin_pid is not None:  # the twin lays out each episode's scene
         reset_s, on_reset = max(reset_s, TWIN_SCENE_S), partial(next_twin_scene, twin_pid)
-    return OpenArm(robot, ArmTask(robot, config.task, clock, start_rad, reset_s, on_reset), clock)
+    return OpenArm(robot, ArmTask(robot, instruction, clock, start_rad, reset_s, on_reset), clock)
+
+
+def policy_instruction(given: str, server_info: dict, source: str = "--task gives") -> str:
+    """The instruction an arm's episodes tell the served policy: `given`, or with '' the one
+    the policy was trained on (`server_info["instructions"]`, the server's hello reply; ''
+    when it names none, e.g. a lerobot checkpoint). One line (`UserError`) when `given` is
+    not one the policy was trained on (its words would mean nothing to it: the arm would
+    move at random), or when '' leaves a choice."""
+    known = [str(i) for i in server_info.get("instructions") or ()]
+    if not given and len(known) == 1:
+        log.info("instruction: %r (the one the policy was trained on)", known[0])
+        return known[0]
+    if not given and known:
+        raise UserError(f"--task: tell the policy what to do, one of {', '.join(map(repr, known))}")
+    if not given:
+        log.warning("the policy names no instruction it was trained on and --task gives none: it is told ''")
+    if known and given not in known:
+        raise UserError(
+            f"{source} {given!r}; the policy was trained on {', '.join(map(repr, known))} only: it would act at random"
+        )
+    return given
 
 
 def twin_resources(info: Path) -> tuple[str, str, str, int]:

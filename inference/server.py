@@ -289,6 +289,7 @@ class PolicyServer:
             "control_rate_hz": self.policy.metadata.control_rate_hz,
             "rtc": self.policy.metadata.follows_rtc_prefix,
             "start_state_rad": list(self.policy.metadata.start_state_rad),
+            "instructions": list(self.policy.metadata.instructions),
             "past_frame_ticks": self.policy.metadata.past_frame_ticks,
             "execute_steps": self.policy.metadata.execute_steps,
         }

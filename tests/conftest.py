@@ -46,9 +46,11 @@ def so101_sim():
 @pytest.fixture
 def tiny_flow():
     """A factory of small untrained fast/slow reach policies (6 joints, H rows, 2 flow
-    steps): `tiny_flow(cameras=(), horizon=8, image_size_px=16)`."""
+    steps): `tiny_flow(cameras=(), horizon=8, image_size_px=16, instructions=())`."""
 
-    def make(cameras: tuple[str, ...] = (), horizon: int = 8, image_size_px: int = 16):
+    def make(
+        cameras: tuple[str, ...] = (), horizon: int = 8, image_size_px: int = 16, instructions: tuple[str, ...] = ()
+    ):
         import numpy as np
         import torch
 
@@ -68,6 +70,7 @@ def tiny_flow():
             image_size_px=image_size_px,
             flow_steps=2,
             cameras=cameras,
+            instructions=instructions,
         )
         torch.manual_seed(0)
         norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((horizon, 6)), np.full((horizon, 6), 0.02))

@@ -32,6 +32,10 @@ class FastSlowConfig:
     start_state_rad: tuple[float, ...] = ()
     """(state_dim,) median first measured state of the training episodes, radians: where a
     real arm is put before each episode (`robotrl.inference.start_pose`); () unknown."""
+    instructions: tuple[str, ...] = ()
+    """The training episodes' instructions, sorted: what a real arm's episodes may tell the
+    policy (`robotrl.inference.arm.policy_instruction`); () unknown (a checkpoint saved
+    before this field)."""
     cameras: tuple[str, ...] = ("front", "wrist")
     """Camera names read by the slow pathway, in order."""
     image_size_px: int = 64
@@ -148,6 +152,7 @@ class FastSlowConfig:
             )
         object.__setattr__(self, "start_state_rad", tuple(float(q) for q in self.start_state_rad))
         object.__setattr__(self, "cameras", tuple(self.cameras))
+        object.__setattr__(self, "instructions", tuple(str(i) for i in self.instructions))
         object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
 
     @property

@@ -104,6 +104,7 @@ class FastSlowPolicy:
             c.env_state_dim if c.reads_env_state else 0,
             c.execute_steps,
             start_state_rad=c.start_state_rad,
+            instructions=c.instructions,
             past_frame_ticks=c.past_frame_ticks,
             max_latent_age_ticks=c.latent_delay_max,
         )

@@ -61,7 +61,7 @@ from robotrl.bringup.probes import (
 from robotrl.bringup.supervisor import RoleSpec
 from robotrl.core.errors import ConfigError, UserError
 from robotrl.fleet import Fleet, RobotEntry
-from robotrl.inference.arm import ArmConfig
+from robotrl.inference.arm import DEFAULT_TASK, ArmConfig
 from robotrl.inference.executor import ExecutorConfig
 from robotrl.learn.actor import ACTOR_SEED_STRIDE, ActorJob, InterventionConfig
 from robotrl.wire.keys import client_keys
@@ -345,7 +345,7 @@ def _recorder_role(fleet: Fleet, robot: RobotEntry, run: Path, host: RoleHost | 
     flags = {
         "--fleet": fleet.source,
         "--fleet-robot": robot.name,
-        "--task": robot.task or ArmConfig().task,
+        "--task": robot.task or DEFAULT_TASK,
         "--scenario": robot.scenario,
         "--teleop": record.device,
         "--leader-port": record.leader_port,
@@ -371,7 +371,7 @@ def _arm(fleet: Fleet, robot: RobotEntry) -> ArmConfig:
     opts, default = fleet.arm(robot.name), ArmConfig()
     return ArmConfig(
         str(opts["robot"]),
-        robot.task or default.task,
+        robot.task or "",
         robot.scenario or default.scenario,
         opts["port"],
         robot.name if robot.driver == "sim" else (opts["robot_id"] or default.robot_id),
@@ -384,7 +384,7 @@ def _twin_role(robot: RobotEntry, k: int, run: Path, host: RoleHost | None) -> R
     role does (under Ray, in the same actor)."""
     folder = run / "robots" / robot.name
     seed = robot.seed if robot.seed is not None else ACTOR_SEED_STRIDE * k
-    launch = TwinLaunch(robot.task or ArmConfig().task, seed, robot.name, folder)
+    launch = TwinLaunch(robot.task or DEFAULT_TASK, seed, robot.name, folder)
     probe: Probe = TwinProbe(launch.info)
     if host is not None:
         probe = NodeClockProbe(probe, host.clock_offset_s)
@@ -397,7 +397,7 @@ def _twin_arm(fleet: Fleet, robot: RobotEntry, folder: Path) -> ArmConfig:
     its twin's info file; told the robot's instruction, else its scene's."""
     from robotrl.sim.tasks import TASKS
 
-    scene = robot.task or ArmConfig().task
+    scene = robot.task or DEFAULT_TASK
     instruction = robot.instruction or TASKS[scene].instruction
     if instruction is None:
         raise _fail(fleet, f"robots.{robot.name}.instruction", f"missing; each {scene} scene names a new object")

@@ -31,7 +31,8 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task",
         default=field_default(ArmConfig, "task"),
-        help="sim: task name (reach, pick_place, track); real arm: the instruction",
+        help="sim: task name (reach, pick_place, track; default: reach); real arm: the instruction "
+        "(default: the policy's, when it was trained on one)",
     )
     parser.add_argument(
         "--scenario",

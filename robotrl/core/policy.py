@@ -43,6 +43,8 @@ class PolicyMetadata:
     start_state_rad: tuple[float, ...] = ()
     """(state_dim,) where the training episodes started, radians: a real arm is moved there
     before each episode; () unknown (the arm starts where it stands)."""
+    instructions: tuple[str, ...] = ()
+    """The instructions the policy was trained on; () unknown (any is passed on as given)."""
     past_frame_ticks: int = 0
     """G: the policy also reads each camera's frame from G ticks before the observation,
     under `past_image_key(camera)` (motion a single frame cannot show); 0: none."""

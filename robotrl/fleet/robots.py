@@ -164,7 +164,8 @@ class RobotEntry:
     """What the robot is used for: "recorder" and/or one of "deploy_client", "actor"."""
     task: str | None = None
     """sim: the task (reach, pick_place, track); twin: its scene (the same names); real arm:
-    the instruction. None: the command's default (reach)."""
+    the instruction. None: the command's default (reach; a real arm: the policy's
+    instruction when it was trained on one)."""
     instruction: str | None = None
     """twin: what the policy is told; None: the scene's own instruction (reach, track; a
     pick_place scene names a new cube each time, so give it)."""

@@ -158,6 +158,7 @@ def policy_config(frames: FrameTable, cfg: TrainConfig) -> FastSlowConfig:
             **overrides,
             "state_dim": frames.states.shape[1],
             "start_state_rad": tuple(np.median(frames.states[np.unique(frames.episode_start)], axis=0).tolist()),
+            "instructions": tuple(sorted({frames.tasks[i] for i in np.unique(frames.task_ids)})),
             "action_dim": frames.actions.shape[1],
             "control_rate_hz": frames.fps,
             "env_state_dim": env_state_dim,

@@ -1,12 +1,16 @@
 """The one episode runner: `bench policy` (evaluation) and `deploy` (a real server over
 loopback) give the same trace for the same seed and policy; the runner scores a tick on
-the physics that tick produced, exactly as the tick-by-tick env does."""
+the physics that tick produced, exactly as the tick-by-tick env does. An arm opens only
+for a policy of its control rate, told an instruction the policy was trained on."""
 
 from __future__ import annotations
 
-import numpy as np
+import re
 
-from robotrl.inference.arm import ArmConfig, open_arm
+import numpy as np
+import pytest
+
+from robotrl.inference.arm import ArmConfig, open_arm, policy_instruction
 from robotrl.inference.evaluation import evaluation_episode, make_env
 from robotrl.inference.executor import ExecutorConfig
 from robotrl.inference.remote import remote_executor
@@ -84,9 +88,51 @@ def test_a_tick_is_scored_on_the_physics_it_produced():
         env.close()
 
 
-def test_open_arm_refuses_a_policy_of_another_control_rate_and_sim_cameras():
-    import pytest
+RED, BLUE = "put the red cube in the bin", "put the blue cube in the bin"
 
+
+@pytest.mark.parametrize(
+    "given, trained, told",
+    [
+        ("", ["follow the red ball"], "follow the red ball"),  # the only one it knows
+        (RED, [BLUE, RED], RED),
+        ("wave", [], "wave"),  # a policy that does not say (a lerobot checkpoint): as given
+        ("", [], ""),  # nothing to tell (e.g. ACT reads no instruction)
+    ],
+)
+def test_an_arm_tells_the_policy_an_instruction_it_was_trained_on(given, trained, told) -> None:
+    assert policy_instruction(given, {"instructions": trained}) == told
+
+
+@pytest.mark.parametrize(
+    "given, trained, problem",
+    [
+        (
+            "reach",
+            ["follow the red ball"],
+            "--task gives 'reach'; the policy was trained on 'follow the red ball' only",
+        ),
+        ("", [BLUE, RED], f"--task: tell the policy what to do, one of {BLUE!r}, {RED!r}"),
+    ],
+)
+def test_an_instruction_the_policy_never_heard_or_a_missing_choice_gets_one_line(given, trained, problem) -> None:
+    from robotrl.core.errors import UserError
+
+    with pytest.raises(UserError, match=re.escape(problem)):
+        policy_instruction(given, {"instructions": trained})
+
+
+def test_a_simulated_task_that_asks_what_the_policy_was_not_trained_on_is_refused() -> None:
+    from robotrl.core.errors import UserError
+
+    info = {"control_rate_hz": 30.0, "cameras": [], "instructions": ["follow the red ball"]}
+    with pytest.raises(UserError, match="--task reach asks 'touch the red ball'; the policy was trained on 'follow"):
+        open_arm(ArmConfig("sim", "", "nominal"), info, stepped=True)  # '' is reach
+    arm = open_arm(ArmConfig("sim", "track", "nominal"), info, stepped=True)
+    arm.close()
+
+
+def test_open_arm_refuses_a_policy_of_another_control_rate_and_sim_cameras():
     from robotrl.core.errors import ConfigError, UserError
 
     with pytest.raises(UserError, match="trained at 15 Hz and the arm runs at 30 Hz"):

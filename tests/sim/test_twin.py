@@ -184,30 +184,19 @@ def test_the_twin_scores_each_scene_a_command_drove_and_skips_those_the_instruct
     blue_seeds = [seed for seed in range(40) if env.begin(seed) == blue][:3]
     assert blue_seeds[0] > 0  # the red and green seeds before it are skipped
     twin = Twin(TwinConfig(task="pick_place", cameras=(), instruction=blue), tmp_path)
-    ids = list(twin.calibration.by_id)
     stop = threading.Event()
     loop = threading.Thread(target=twin.run, args=(stop,))
     arm = SafeRobot(
         LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
     )
 
-    def follow_the_leader() -> None:
-        leader_raw = np.array([twin.leader.present(i) for i in ids])
-        arm.command(twin.calibration.raw_to_rad(leader_raw))
-        time.sleep(1 / 30)
-
-    def until(condition, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition() and time.monotonic() < deadline:
-            follow_the_leader()
-
     try:
         loop.start()
         arm.connect()
-        follow_the_leader()
+        _follow_the_leader(twin, arm, lambda: True, 0.0)
         twin.request_reset()
-        until(lambda: twin.scenes == 2, 2.0)
-        until(lambda: twin._solved_tick is not None, 15.0)
+        _follow_the_leader(twin, arm, lambda: twin.scenes == 2, 2.0)
+        _follow_the_leader(twin, arm, lambda: twin._solved_tick is not None, 15.0)
         arm.disconnect()  # torque off: scene 3 runs undriven
         twin.request_reset()
         time.sleep(0.5)
@@ -220,6 +209,82 @@ def test_the_twin_scores_each_scene_a_command_drove_and_skips_those_the_instruct
     assert not partial.driven and partial.solved_tick is None, partial
     assert solved.driven and solved.success and 30 < solved.solved_tick <= solved.max_ticks == 300, solved
     assert not undriven.driven and undriven.solved_tick is None and undriven.ticks >= 10, undriven
+
+
+def test_a_track_scene_followed_from_its_first_tick_is_solved_at_the_tasks_limit(tmp_path: Path) -> None:
+    """track succeeds only at its last tick (tick 180, as in a simulated episode): the
+    twin's scene ticks count from 1, so that success is within the limit."""
+    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
+    from robotrl.hardware.lerobot_arm.robot import LerobotArm
+    from robotrl.hardware.safety import SafeRobot
+    from robotrl.sim.twin.twin import Twin, TwinConfig
+
+    twin = Twin(TwinConfig(task="track", cameras=()), tmp_path)
+    stop = threading.Event()
+    loop = threading.Thread(target=twin.run, args=(stop,))
+    arm = SafeRobot(
+        LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
+    )
+    try:
+        loop.start()
+        arm.connect()
+        _follow_the_leader(twin, arm, lambda: True, 0.0)
+        twin.request_reset()
+        _follow_the_leader(twin, arm, lambda: twin.scenes == 2, 2.0)
+        _follow_the_leader(twin, arm, lambda: twin._solved_tick is not None, 10.0)
+    finally:
+        arm.disconnect()
+        stop.set()
+        loop.join(timeout=10)
+        twin.close()
+    solved = twin.outcomes[1]
+    assert solved.driven and solved.solved_tick == solved.max_ticks == 180 and solved.success, solved
+
+
+def test_a_goal_acts_within_a_servo_tick_and_a_reading_is_fresh(tmp_path: Path) -> None:
+    """A client that reads, commands and waits a tick (deploy's loop), through lerobot's
+    driver, on a ramp of 0.01 rad a tick: each reading a tick after a command is within a
+    third of a step of it (the simulated arm's is within 0.001 rad). When the twin applied
+    goals and refreshed readings once per control tick, readings trailed by a whole step."""
+    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
+    from robotrl.hardware.lerobot_arm.robot import LerobotArm
+    from robotrl.sim.twin.twin import Twin, TwinConfig
+
+    twin = Twin(TwinConfig(task="reach", cameras=()), tmp_path)
+    stop = threading.Event()
+    loop = threading.Thread(target=twin.run, args=(stop,))
+    arm = LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
+    step_rad = 0.01
+    trails = []
+    try:
+        loop.start()
+        arm.connect()
+        start = arm.read().q_rad
+        for k in range(1, 31):
+            target = start + np.array([k * step_rad, k * step_rad, 0, 0, 0, 0])
+            arm.command(target)
+            time.sleep(1 / 30)
+            trails.append(target[:2] - arm.read().q_rad[:2])
+    finally:
+        arm.disconnect()
+        stop.set()
+        loop.join(timeout=10)
+        twin.close()
+    trail = np.median(np.abs(trails[10:]), axis=0)  # past the start-up transient
+    assert np.all(trail < step_rad / 3), trail
+
+
+def _follow_the_leader(twin, arm, condition, timeout_s: float) -> None:
+    """Copy the twin's leader (its expert) onto the follower through `arm` every 1/30 s,
+    at least once, until `condition()` or `timeout_s`."""
+    ids = list(twin.calibration.by_id)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leader_raw = np.array([twin.leader.present(i) for i in ids])
+        arm.command(twin.calibration.raw_to_rad(leader_raw))
+        time.sleep(1 / 30)
+        if condition() or time.monotonic() >= deadline:
+            return
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -437,8 +502,9 @@ def test_lerobot_record_itself_on_the_twin_makes_a_dataset_robotrl_trains_on(tmp
 def test_deploy_on_a_twin_lays_out_each_episodes_scene_before_its_first_reading(tmp_path: Path, tiny_flow) -> None:
     """`deploy --twin INFO`: the arm's bus, cameras and calibration come from the twin's info
     file, and each episode's reset period asks the twin for a new scene (SIGUSR1), so every
-    scene is driven from its episode's first reading on."""
-    tiny_flow(cameras=("front",)).save(tmp_path / "ckpt")
+    scene is driven from its episode's first reading on. Without --task the policy is told
+    the one instruction it was trained on (the server's hello names it)."""
+    tiny_flow(cameras=("front",), instructions=("touch the red ball",)).save(tmp_path / "ckpt")
     info_file = tmp_path / "twin.json"
     proc, _ = start_twin(tmp_path, "--task", "reach", "--info", str(info_file))
     try:
@@ -452,12 +518,13 @@ def test_deploy_on_a_twin_lays_out_each_episodes_scene_before_its_first_reading(
             "--policy",
             str(tmp_path / "ckpt"),
         ]
-        argv += ["--task", "touch the red ball", "--episodes", "2", "--max-seconds", "1"]
+        argv += ["--episodes", "2", "--max-seconds", "1"]
         deployed = subprocess.run([sys.executable, "-m", *argv], env=ENV, capture_output=True, text=True, timeout=300)
     finally:
         stop_twin(proc)
     assert deployed.returncode == 0, deployed.stderr[-3000:]
     assert deployed.stderr.count("reset the scene: the episode starts in 0.3 s") == 2, deployed.stderr[-3000:]
+    assert "instruction: 'touch the red ball' (the one the policy was trained on)" in deployed.stderr
     log = (tmp_path / "twin.err").read_text()
     ended = re.findall(r"scene (\d) \(seed \d+\) not solved in ([\d.]+) s(.*)", log)
     assert [n for n, _, _ in ended] == ["1", "2", "3"], log[-3000:]  # the first scene, then one per episode

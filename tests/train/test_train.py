@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from toy_data import S0, TINY, toy_obs
+from toy_data import INSTRUCTIONS, S0, TINY, toy_obs
 
 from robotrl.cli import main
 from robotrl.core.errors import ConfigError
@@ -35,16 +35,19 @@ def test_training_overfits_a_tiny_dataset(toy):
     assert last * 10 <= first, f"loss fell only from {first:.3f} to {last:.3f}"
 
 
-def test_the_checkpoint_records_where_the_episodes_started(toy, tmp_path):
+def test_the_checkpoint_records_where_the_episodes_started_and_what_they_were_told(toy, tmp_path):
     """Every toy episode starts at S0 and then raises joint 1 by 0.01 rad a tick: the start
-    pose is S0, not the mean state, and it survives saving (the server's hello carries it
-    to a real arm)."""
+    pose is S0, not the mean state; the instructions are the episodes' two. Both survive
+    saving (the server's hello carries them to a real arm)."""
     _, frames, trainer = toy
     policy = trainer.policy()
     np.testing.assert_allclose(policy.metadata.start_state_rad, S0, atol=1e-6)
     assert frames.states[:, 1].mean() > S0[1] + 0.05  # the mean state is elsewhere
+    assert policy.metadata.instructions == INSTRUCTIONS == ("move left", "move right")
     policy.save(tmp_path / "ck")
-    np.testing.assert_allclose(FastSlowPolicy.load(tmp_path / "ck").metadata.start_state_rad, S0, atol=1e-6)
+    loaded = FastSlowPolicy.load(tmp_path / "ck").metadata
+    np.testing.assert_allclose(loaded.start_state_rad, S0, atol=1e-6)
+    assert loaded.instructions == INSTRUCTIONS
 
 
 def test_the_checkpoint_records_the_oldest_latent_it_was_trained_on(toy, tmp_path):
