@@ -4,6 +4,7 @@ its follower bus under lerobot's driver, bad options, a clean SIGTERM, and `robo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -174,36 +175,18 @@ def test_the_twin_scores_each_scene_a_command_drove_and_skips_those_the_instruct
     2, driven from its first tick, is solved within the task's limit; scene 3, the torque
     switched off before it, is not. Seeds whose scene asks for another cube are skipped."""
     pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
-    from robotrl.hardware.lerobot_arm.robot import LerobotArm
-    from robotrl.hardware.safety import SafeRobot
     from robotrl.sim.env import TaskEnv
-    from robotrl.sim.twin.twin import Twin, TwinConfig
+    from robotrl.sim.twin.twin import TwinConfig
 
     blue = "put the blue cube in the bin"
     env = TaskEnv("pick_place", cameras=())
     blue_seeds = [seed for seed in range(40) if env.begin(seed) == blue][:3]
     assert blue_seeds[0] > 0  # the red and green seeds before it are skipped
-    twin = Twin(TwinConfig(task="pick_place", cameras=(), instruction=blue), tmp_path)
-    stop = threading.Event()
-    loop = threading.Thread(target=twin.run, args=(stop,))
-    arm = SafeRobot(
-        LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
-    )
-
-    try:
-        loop.start()
-        arm.connect()
-        _follow_the_leader(twin, arm, lambda: True, 0.0)
-        twin.request_reset()
-        _follow_the_leader(twin, arm, lambda: twin.scenes == 2, 2.0)
+    with _driven_twin(TwinConfig(task="pick_place", cameras=(), instruction=blue), tmp_path) as (twin, arm):
         _follow_the_leader(twin, arm, lambda: twin._solved_tick is not None, 15.0)
         arm.disconnect()  # torque off: scene 3 runs undriven
         twin.request_reset()
         time.sleep(0.5)
-    finally:
-        stop.set()
-        loop.join(timeout=10)
-        twin.close()
     partial, solved, undriven = twin.outcomes
     assert [o.seed for o in twin.outcomes] == blue_seeds
     assert not partial.driven and partial.solved_tick is None, partial
@@ -215,28 +198,10 @@ def test_a_track_scene_followed_from_its_first_tick_is_solved_at_the_tasks_limit
     """track succeeds only at its last tick (tick 180, as in a simulated episode): the
     twin's scene ticks count from 1, so that success is within the limit."""
     pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
-    from robotrl.hardware.lerobot_arm.robot import LerobotArm
-    from robotrl.hardware.safety import SafeRobot
-    from robotrl.sim.twin.twin import Twin, TwinConfig
+    from robotrl.sim.twin.twin import TwinConfig
 
-    twin = Twin(TwinConfig(task="track", cameras=()), tmp_path)
-    stop = threading.Event()
-    loop = threading.Thread(target=twin.run, args=(stop,))
-    arm = SafeRobot(
-        LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
-    )
-    try:
-        loop.start()
-        arm.connect()
-        _follow_the_leader(twin, arm, lambda: True, 0.0)
-        twin.request_reset()
-        _follow_the_leader(twin, arm, lambda: twin.scenes == 2, 2.0)
+    with _driven_twin(TwinConfig(task="track", cameras=()), tmp_path) as (twin, arm):
         _follow_the_leader(twin, arm, lambda: twin._solved_tick is not None, 10.0)
-    finally:
-        arm.disconnect()
-        stop.set()
-        loop.join(timeout=10)
-        twin.close()
     solved = twin.outcomes[1]
     assert solved.driven and solved.solved_tick == solved.max_ticks == 180 and solved.success, solved
 
@@ -272,6 +237,35 @@ def test_a_goal_acts_within_a_servo_tick_and_a_reading_is_fresh(tmp_path: Path) 
         twin.close()
     trail = np.median(np.abs(trails[10:]), axis=0)  # past the start-up transient
     assert np.all(trail < step_rad / 3), trail
+
+
+@contextlib.contextmanager
+def _driven_twin(config, tmp_path: Path):
+    """(twin, arm): a running twin of `config` and `SafeRobot` over lerobot's driver on its
+    follower, copying its leader from the first tick of scene 2 on. Leaving stops the
+    twin, which logs the last scene's outcome."""
+    from robotrl.hardware.lerobot_arm.robot import LerobotArm
+    from robotrl.hardware.safety import SafeRobot
+    from robotrl.sim.twin.twin import Twin
+
+    twin = Twin(config, tmp_path)
+    stop = threading.Event()
+    loop = threading.Thread(target=twin.run, args=(stop,))
+    arm = SafeRobot(
+        LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
+    )
+    try:
+        loop.start()
+        arm.connect()
+        _follow_the_leader(twin, arm, lambda: True, 0.0)
+        twin.request_reset()
+        _follow_the_leader(twin, arm, lambda: twin.scenes == 2, 2.0)
+        yield twin, arm
+    finally:
+        arm.disconnect()
+        stop.set()
+        loop.join(timeout=10)
+        twin.close()
 
 
 def _follow_the_leader(twin, arm, condition, timeout_s: float) -> None:
