@@ -191,6 +191,7 @@ class Twin:
         self.scenes = 0
         if config.instruction:  # a scene the instruction fits exists, or one line before the buses open
             self._next_scene(config.seed)
+        self._ids = list(self.calibration.by_id)  # servo ids, joint order
         self.follower = SimServoBus(self.calibration.by_id, instant=False)
         self.leader = SimServoBus(self.calibration.by_id, instant=False)
         h, w = config.camera_height_px, config.camera_width_px
@@ -262,7 +263,7 @@ class Twin:
     def _servo_tick(self) -> None:
         """Steps 1-2 of the module docstring."""
         self.sim.sync()
-        ids = list(self.calibration.by_id)
+        ids = self._ids
         self.follower.set_present(dict(zip(ids, self.calibration.rad_to_raw(self.sim.q_true_rad).tolist())))
         if all(self.follower.commanded(i) for i in ids):
             goal_raw = np.array([self.follower.goal(i) for i in ids])
@@ -271,7 +272,7 @@ class Twin:
     def _tick(self) -> None:
         """Steps 3-4 of the module docstring."""
         q_rad = self.sim.q_true_rad
-        ids = list(self.calibration.by_id)
+        ids = self._ids
         driven = all(self.follower.commanded(i) for i in ids)
         if driven and not self._driven:
             self._expert = self.task.make_expert(self.sim)

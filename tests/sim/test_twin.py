@@ -212,38 +212,25 @@ def test_a_goal_acts_within_a_servo_tick_and_a_reading_is_fresh(tmp_path: Path) 
     third of a step of it (the simulated arm's is within 0.001 rad). When the twin applied
     goals and refreshed readings once per control tick, readings trailed by a whole step."""
     pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
-    from robotrl.hardware.lerobot_arm.robot import LerobotArm
-    from robotrl.sim.twin.twin import Twin, TwinConfig
+    from robotrl.sim.twin.twin import TwinConfig
 
-    twin = Twin(TwinConfig(task="reach", cameras=()), tmp_path)
-    stop = threading.Event()
-    loop = threading.Thread(target=twin.run, args=(stop,))
-    arm = LerobotArm("so101", port=twin.follower.port, robot_id="follower", calibration_dir=tmp_path / FOLLOWER_FOLDER)
     step_rad = 0.01
     trails = []
-    try:
-        loop.start()
-        arm.connect()
+    with _running_twin(TwinConfig(task="reach", cameras=()), tmp_path) as (_, arm):
         start = arm.read().q_rad
         for k in range(1, 31):
             target = start + np.array([k * step_rad, k * step_rad, 0, 0, 0, 0])
             arm.command(target)
             time.sleep(1 / 30)
             trails.append(target[:2] - arm.read().q_rad[:2])
-    finally:
-        arm.disconnect()
-        stop.set()
-        loop.join(timeout=10)
-        twin.close()
     trail = np.median(np.abs(trails[10:]), axis=0)  # past the start-up transient
     assert np.all(trail < step_rad / 3), trail
 
 
 @contextlib.contextmanager
-def _driven_twin(config, tmp_path: Path):
-    """(twin, arm): a running twin of `config` and `SafeRobot` over lerobot's driver on its
-    follower, copying its leader from the first tick of scene 2 on. Leaving stops the
-    twin, which logs the last scene's outcome."""
+def _running_twin(config, tmp_path: Path):
+    """(twin, arm): a running twin of `config` and `SafeRobot` over lerobot's driver,
+    connected to its follower. Leaving stops the twin, which logs the last scene's outcome."""
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
     from robotrl.hardware.safety import SafeRobot
     from robotrl.sim.twin.twin import Twin
@@ -257,15 +244,22 @@ def _driven_twin(config, tmp_path: Path):
     try:
         loop.start()
         arm.connect()
-        _follow_the_leader(twin, arm, lambda: True, 0.0)
-        twin.request_reset()
-        _follow_the_leader(twin, arm, lambda: twin.scenes == 2, 2.0)
         yield twin, arm
     finally:
         arm.disconnect()
         stop.set()
         loop.join(timeout=10)
         twin.close()
+
+
+@contextlib.contextmanager
+def _driven_twin(config, tmp_path: Path):
+    """`_running_twin` whose arm copies the twin's leader from the first tick of scene 2 on."""
+    with _running_twin(config, tmp_path) as (twin, arm):
+        _follow_the_leader(twin, arm, lambda: True, 0.0)
+        twin.request_reset()
+        _follow_the_leader(twin, arm, lambda: twin.scenes == 2, 2.0)
+        yield twin, arm
 
 
 def _follow_the_leader(twin, arm, condition, timeout_s: float) -> None:
