@@ -42,7 +42,14 @@ from typing import Protocol
 
 import numpy as np
 
-from robotrl.core.policy import ActionChunk, ChunkPolicy, PolicyObservation, SlowFastPolicy, past_image_key
+from robotrl.core.policy import (
+    ActionChunk,
+    ChunkPolicy,
+    PolicyObservation,
+    SlowFastPolicy,
+    StateEstimatingPolicy,
+    past_image_key,
+)
 from robotrl.core.robot import RobotState
 from robotrl.core.task import Intervener
 from robotrl.hardware.safety import SafeRobot
@@ -138,6 +145,9 @@ class LocalChunkSource:
     Attributes:
         predict_s: seconds of every policy call (slow encoding included when it ran).
         latents: the latent cache (None for a policy without a slow pathway).
+        estimate_errors: per request of a `StateEstimatingPolicy` whose observation
+            carries the simulator's env_state, (E,) the estimate the fast pathway read
+            minus that env_state (env_state units).
     """
 
     def __init__(
@@ -154,6 +164,7 @@ class LocalChunkSource:
         self.slow_every = slow_every
         self.latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
         self.predict_s: list[float] = []
+        self.estimate_errors: list[np.ndarray] = []
         self._rng = np.random.default_rng(seed)
         self._requests = 0
         self._pending: list[tuple[int, ActionChunk]] = []  # (ready tick, chunk), oldest first
@@ -171,6 +182,10 @@ class LocalChunkSource:
             latent, age = self.latents.latent_for(LOCAL_ROBOT, obs, 0)
             chunk = self.latents.policy.predict_chunk(obs, latent, age)
         self.predict_s.append(time.perf_counter() - start)
+        if self.latents is not None and isinstance(self.policy, StateEstimatingPolicy) and obs.env_state is not None:
+            estimate = self.policy.estimate_env_state(latent)
+            if estimate is not None:
+                self.estimate_errors.append(estimate - np.asarray(obs.env_state))
         self._requests += 1
         self._pending.append((obs.tick + d, chunk))
 

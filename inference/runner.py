@@ -86,6 +86,9 @@ class EpisodeResult:
     """Per tick, how long reading the arm took (motors and cameras), milliseconds."""
     trace: list[TickRecord] = field(default_factory=list)
     received: list[ReceivedChunk] = field(default_factory=list)
+    estimate_errors: np.ndarray | None = None
+    """(R, E) per request of a policy that estimates env_state from its images: the
+    estimate minus the simulator's env_state (stepped evaluation; None otherwise)."""
 
     def delays_ticks(self) -> list[int]:
         """Measured delay of every chunk taken in (arrival tick - request tick)."""

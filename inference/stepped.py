@@ -154,7 +154,10 @@ def run_stepped_episode(
             past_frame_ticks=policy.metadata.past_frame_ticks,
             execute_steps=policy.metadata.execute_steps,
         )
-    return EpisodeRunner(env.robot, env, executor, env.clock).run(seed)
+    result = EpisodeRunner(env.robot, env, executor, env.clock).run(seed)
+    if source.estimate_errors:
+        result.estimate_errors = np.stack(source.estimate_errors)
+    return result
 
 
 class ClosedLoopPolicy:

@@ -121,6 +121,14 @@ class FastSlowPolicy:
         tokens = torch.from_numpy(self.vocab.encode(obs.instruction, self.config.max_words))[None]
         return self.model.encode_slow(images, tokens.to(device))[0]
 
+    @torch.no_grad()
+    def estimate_env_state(self, latent: torch.Tensor) -> np.ndarray | None:
+        """(E,) the estimate of env_state (its units) the fast pathway reads with the
+        (T, W) `latent`; None without `estimate_env_state`."""
+        if not self.config.estimate_env_state:
+            return None
+        return self._estimate(latent[None])[0].numpy()
+
     def predict_chunk(
         self, obs: PolicyObservation, latent: torch.Tensor | None = None, latent_age_ticks: int = 0
     ) -> ActionChunk:
@@ -246,12 +254,16 @@ class FastSlowPolicy:
         estimate of it."""
         env = None
         if self.config.estimate_env_state:
-            with torch.no_grad():
-                env = self.normalizer.env_from(self.model.estimate_env(latents).float().cpu())
+            env = self._estimate(latents)
         elif self.config.use_env_state:
             env = torch.cat([self._env_state(o) for o in observations])
         ee = torch.from_numpy(self._ee_features(states.numpy())) if self._ee_features else None
         return self.normalizer.fresh(states, env, ee, self.config.relative_object_dim)
+
+    @torch.no_grad()
+    def _estimate(self, latents: torch.Tensor) -> torch.Tensor:
+        """(B, E) env_state units on the CPU: the estimate from (B, T, W) latents."""
+        return self.normalizer.env_from(self.model.estimate_env(latents).float().cpu())
 
     # --- input checks ------------------------------------------------------------------
     def _state(self, obs: PolicyObservation) -> torch.Tensor:

@@ -193,6 +193,7 @@ def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env: T
     switches = [] if cell.mode == "ensemble" else episode.switch_ticks()
     executed = [r for r in trace if not r.paused]
     chunks = episode.received
+    errors = episode.estimate_errors
     prefix = [
         prefix_consistency(a.chunk, b.chunk, max(1, b.arrival_tick - b.obs_tick)) for a, b in zip(chunks, chunks[1:])
     ]
@@ -220,6 +221,8 @@ def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env: T
         "prefix_consistency_rad": _finite(np.nanmean(prefix)) if any(np.isfinite(prefix)) else None,
         "jump_tick": None,
         "reaction_ticks": None,
+        "estimate_requests": 0 if errors is None else len(errors),
+        "estimate_mean_square": None if errors is None else (errors**2).mean(0).tolist(),
     }
     task: Any = env.task  # reach's `jump_tick` and `target_m` are not part of the `Task` protocol
     jump_tick = getattr(task, "jump_tick", None)

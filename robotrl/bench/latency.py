@@ -41,6 +41,10 @@ episode's median, ticks), missed ticks and step clamps summed over episodes."""
 DETAIL_COLUMNS = ("mode", "delay", "disc_req", "disc_exec", "jerk_req", "jerk_exec", "prefix_rad", "reaction_n")
 """Boundary ratios on requested and executed targets, prefix consistency (radians), and
 the number of episodes with a defined reaction time."""
+ESTIMATE_COLUMNS = ("mode", "delay", "requests", "estimate_rms")
+"""For a policy that reads its estimate of env_state from its cameras: requests, and per
+env_state feature the root mean square of the estimate minus the simulator's, in
+env_state's units (track: ball position m, then velocity m/s)."""
 
 
 def run(
@@ -116,6 +120,11 @@ def run(
             Table("Per mode and delay", MAIN_COLUMNS, [row_cells(r) for r in rows]),
             Table("Smoothness detail", DETAIL_COLUMNS, [detail_cells(r) for r in rows]),
             *(
+                [Table("The policy's estimate of env_state", ESTIMATE_COLUMNS, estimate_table(rows))]
+                if estimate_table(rows)
+                else []
+            ),
+            *(
                 [Table("Real time through the server", REALTIME_COLUMNS, [r["cells"] for r in realtime])]
                 if realtime
                 else []
@@ -184,6 +193,15 @@ def detail_cells(row: dict) -> tuple:
         num("prefix_consistency_rad"),
         row["reaction_defined"],
     )
+
+
+def estimate_table(rows: list[dict]) -> list[tuple]:
+    """`ESTIMATE_COLUMNS` cells of the rows whose policy estimated env_state."""
+    return [
+        (r["mode"], r["delay"], r["estimate_requests"], " ".join(f"{v:.3g}" for v in r["estimate_rms"]))
+        for r in rows
+        if r.get("estimate_rms")
+    ]
 
 
 def check_targets(rows: list[dict], task: str) -> list[dict]:

@@ -92,7 +92,19 @@ def _summarize_group(records: list[dict]) -> dict:
         "jerk_ratio_executed": nan_median(r["jerk_ratio_executed"] for r in records),
         "prefix_consistency_rad": nan_median(r["prefix_consistency_rad"] for r in records),
         "step_clamps": int(sum(r["step_clamps"] for r in records)),
+        "estimate_requests": sum(r.get("estimate_requests", 0) for r in records),
+        "estimate_rms": estimate_rms(records),
     }
+
+
+def estimate_rms(records: list[dict]) -> list[float] | None:
+    """Per env_state feature, the root mean square over every request of `records` of
+    the policy's estimate minus the simulator's (None when no episode has one)."""
+    pooled = [(r["estimate_requests"], r["estimate_mean_square"]) for r in records if r.get("estimate_mean_square")]
+    if not pooled:
+        return None
+    n = sum(count for count, _ in pooled)
+    return np.sqrt(sum(count * np.asarray(ms) for count, ms in pooled) / n).tolist()
 
 
 def row_cells(row: dict) -> tuple:

@@ -127,6 +127,19 @@ class SlowFastPolicy(ChunkPolicy, Protocol):
 
 
 @runtime_checkable
+class StateEstimatingPolicy(Protocol):
+    """A `SlowFastPolicy` whose slow pathway estimates the simulator's privileged
+    `env_state` from the images (`train --estimate-env-state`): the fast pathway reads
+    the estimate, so the policy runs on a real arm. Simulated evaluation compares the
+    estimate with the simulator's env_state (`LocalChunkSource.estimate_errors`)."""
+
+    def estimate_env_state(self, latent: Any) -> np.ndarray | None:
+        """(E,) the estimate of env_state, in env_state's units, that the fast pathway
+        reads with `latent`; None for a policy that reads no estimate."""
+        ...
+
+
+@runtime_checkable
 class BatchedPolicy(Protocol):
     """A policy that answers many robots' observations in one model call; a
     `SlowFastPolicy` takes one latent and latent age per observation too."""

@@ -53,6 +53,26 @@ class TickPolicy:
         pass
 
 
+class EstimatingTickPolicy(TickPolicy):
+    """A `TickPolicy` with a slow pathway whose latent is the observation's env_state plus
+    `bias`, read back as its estimate of env_state."""
+
+    def __init__(self, home: np.ndarray, horizon: int, bias: np.ndarray) -> None:
+        super().__init__(home, horizon)
+        self.bias, self.calls = bias, 0
+
+    def encode_slow(self, obs: PolicyObservation) -> np.ndarray:
+        return np.asarray(obs.env_state) + self.bias
+
+    def predict_chunk(self, obs: PolicyObservation, latent=None, latent_age_ticks: int = 0) -> ActionChunk:
+        self.calls += 1
+        chunk = super().predict_chunk(obs)
+        return ActionChunk(chunk.actions_rad, obs.tick + obs.delay_ticks)
+
+    def estimate_env_state(self, latent: np.ndarray) -> np.ndarray:
+        return latent
+
+
 @pytest.mark.parametrize("delay", [0, 2])
 def test_ensemble_averages_every_prediction_for_the_tick_oldest_weighted_most(env, delay):
     h = 5
@@ -284,6 +304,31 @@ def test_realtime_rows_compare_with_the_stepped_interval():
 def _row(mode: str, delay: str, rate: float, reaction: float | None = None) -> dict:
     keys = ("scenario", "mode", "delay", "success_rate", "reaction_ticks_median", "speedup")
     return dict(zip(keys, ("nominal", mode, delay, rate, reaction, None), strict=True))
+
+
+def test_a_policys_estimate_of_env_state_is_compared_with_the_simulators_at_every_request(env):
+    """A policy reading its estimate of the privileged state (from its cameras) has it
+    compared with the simulator's env_state at each request's observation; the cell keeps
+    the mean square per feature, the summary pools episodes by their requests."""
+    from robotrl.bench.cells import episode_record
+    from robotrl.bench.summary import estimate_rms
+
+    env.reset(0)
+    bias = 0.01 * np.arange(1, env.env_state_dim + 1)
+    policy = EstimatingTickPolicy(env.robot.read().q_rad.copy(), 4, bias)
+    episode = run_stepped_episode(env, SEED, "vlash", 2, policy=policy)
+    assert episode.estimate_errors.shape == (policy.calls, env.env_state_dim) and policy.calls > 10
+    np.testing.assert_allclose(episode.estimate_errors, np.tile(bias, (policy.calls, 1)), atol=1e-6)
+    record = episode_record(BenchSetup(), Cell(get_scenario("nominal"), "vlash", DelaySpec(2, 2), SEED), episode, env)
+    assert record["estimate_requests"] == policy.calls
+    np.testing.assert_allclose(record["estimate_mean_square"], bias**2, rtol=1e-4)
+    other = {"estimate_requests": 3 * policy.calls, "estimate_mean_square": ((3 * bias) ** 2).tolist()}
+    np.testing.assert_allclose(estimate_rms([record, other]), bias * np.sqrt((1 + 3 * 9) / 4), rtol=1e-4)
+    assert estimate_rms([{"estimate_requests": 0, "estimate_mean_square": None}]) is None
+    rows = [{"mode": "vlash", "delay": "2", "estimate_requests": 4, "estimate_rms": [0.0123, 0.5]}, {"mode": "sync"}]
+    assert latency.estimate_table(rows) == [("vlash", "2", 4, "0.0123 0.5")]
+    plain = run_stepped_episode(env, SEED, "sync", 2, policy=TickPolicy(env.robot.read().q_rad.copy(), 4))
+    assert len(plain.received) > 10 and plain.estimate_errors is None
 
 
 def test_targets_are_the_vlash_issues_per_task():

@@ -84,12 +84,21 @@ def test_a_policy_that_estimates_the_privileged_state_from_its_cameras_reads_non
     obs = toy_obs(INSTRUCTIONS[1], 7)
     obs.images = {cam: frames.images[cam][frame].permute(1, 2, 0).numpy() for cam in ("front", "wrist")}
     latent = policy.encode_slow(obs)
-    estimate = policy.normalizer.env_from(policy.model.estimate_env(latent[None]).detach())[0].numpy()
+    estimate = policy.estimate_env_state(latent)
     np.testing.assert_allclose(estimate[:2], frames.env_states[frame][:2], atol=0.25)  # (0.35, -1.0)
-    assert obs.env_state is None and policy.predict_chunk(obs).actions_rad.shape == (TINY["horizon"], 6)
+    read = []  # the env_state the fast pathway reads is that estimate
+    fresh = policy.normalizer.fresh
+    policy.normalizer.fresh = lambda state, env, *rest: read.append(env) or fresh(state, env, *rest)
+    assert obs.env_state is None and policy.predict_chunk(obs, latent).actions_rad.shape == (TINY["horizon"], 6)
+    np.testing.assert_allclose(read[0][0].numpy(), estimate, rtol=1e-6)
     loaded = load_policy(tmp_path / "estimate")
     assert loaded.metadata.env_state_dim == 0 and loaded.model.env_head is not None
     from robotrl.policies.fastslow.config import FastSlowConfig
 
     with pytest.raises(ConfigError, match="estimate_env_state needs use_env_state"):
         FastSlowConfig(state_dim=6, action_dim=6, estimate_env_state=True)
+
+
+def test_a_policy_that_reads_no_estimate_has_none_to_report(tiny_flow):
+    policy = tiny_flow(cameras=("front",))
+    assert policy.estimate_env_state(policy.encode_slow(toy_obs(INSTRUCTIONS[0], 0))) is None
