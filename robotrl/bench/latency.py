@@ -95,6 +95,7 @@ def run(
     realtime = realtime_rows(rt_records, rows, delays, modes)
     targets = check_targets(rows, setup.task)
     plots = plot_latency(rows, out_dir, setup.task)
+    estimates = estimate_table(rows)
     results = {
         "bench": "latency",
         "setup": asdict(setup),
@@ -119,11 +120,7 @@ def run(
         [
             Table("Per mode and delay", MAIN_COLUMNS, [row_cells(r) for r in rows]),
             Table("Smoothness detail", DETAIL_COLUMNS, [detail_cells(r) for r in rows]),
-            *(
-                [Table("The policy's estimate of env_state", ESTIMATE_COLUMNS, estimate_table(rows))]
-                if estimate_table(rows)
-                else []
-            ),
+            *([Table("The policy's estimate of env_state", ESTIMATE_COLUMNS, estimates)] if estimates else []),
             *(
                 [Table("Real time through the server", REALTIME_COLUMNS, [r["cells"] for r in realtime])]
                 if realtime

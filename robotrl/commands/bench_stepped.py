@@ -104,9 +104,10 @@ def bench_latency(args: argparse.Namespace) -> dict:
         realtime_episodes=max(args.realtime_episodes, 0),
     )
     print(format_table(MAIN_COLUMNS, [row_cells(r) for r in results["rows"]]))
-    if latency.estimate_table(results["rows"]):
+    estimates = latency.estimate_table(results["rows"])
+    if estimates:
         print("the policy's estimate of env_state, rms per feature (its units):")
-        print(format_table(latency.ESTIMATE_COLUMNS, latency.estimate_table(results["rows"])))
+        print(format_table(latency.ESTIMATE_COLUMNS, estimates))
     if results["realtime"]:
         print("real time through the server:")
         print(format_table(latency.REALTIME_COLUMNS, [r["cells"] for r in results["realtime"]]))
