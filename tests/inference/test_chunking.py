@@ -184,6 +184,17 @@ def test_delay_estimator_windowed_p95_without_warmup_or_running_max():
         DelayEstimator(window=0)
 
 
+def test_delay_estimator_plans_for_the_short_delays_but_not_one_odd_fast_reply():
+    est = DelayEstimator(window=5, warmup=0)  # the executor's: the 5th percentile
+    for d in (4, 4, 6, 5, 4):
+        est.add(d)
+    assert est.estimate() == 4  # sorted [4, 4, 4, 5, 6]: rank 0.2 -> the higher, rank 1
+    est.add(1)  # one reply from a cache, say
+    assert est.estimate() == 4  # [4, 6, 5, 4, 1] sorted [1, 4, 4, 5, 6]: still 4, not 1
+    est.add(2)
+    assert est.estimate() == 2  # two short delays in the window: they are the ones to plan for
+
+
 # -- rtc_weights ------------------------------------------------------------------------
 def test_rtc_weights_golden():
     # H = 8, s = 2, d = 2: rows 0, 1 frozen (1); rows 2..5 soft with
