@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol, cast
+from typing import Protocol
 
 import numpy as np
 
@@ -163,7 +163,7 @@ class LocalChunkSource:
         self.delay_ticks = delay_ticks
         self.slow_every = slow_every
         self.latents = LatentCache(policy) if isinstance(policy, SlowFastPolicy) else None
-        self._estimates = self.latents is not None and isinstance(policy, StateEstimatingPolicy)
+        self._estimator = policy if self.latents is not None and isinstance(policy, StateEstimatingPolicy) else None
         self.predict_s: list[float] = []
         self.estimate_errors: list[np.ndarray] = []
         self._rng = np.random.default_rng(seed)
@@ -183,8 +183,8 @@ class LocalChunkSource:
             latent, age = self.latents.latent_for(LOCAL_ROBOT, obs, 0)
             chunk = self.latents.policy.predict_chunk(obs, latent, age)
         self.predict_s.append(time.perf_counter() - start)
-        if self._estimates and obs.env_state is not None:
-            estimate = cast(StateEstimatingPolicy, self.policy).estimate_env_state(latent)
+        if self._estimator is not None and obs.env_state is not None:
+            estimate = self._estimator.estimate_env_state(latent)
             if estimate is not None:
                 self.estimate_errors.append(estimate - np.asarray(obs.env_state))
         self._requests += 1
