@@ -1,6 +1,7 @@
 """`robotrl twin`: its calibration (golden ranges, lerobot's own normalisation, round trips),
 its follower bus under lerobot's driver, bad options, a clean SIGTERM, and `robotrl record
---robot so101 --teleop leader` against it: MuJoCo physics behind lerobot's real drivers."""
+--robot so101 --teleop leader` (with DART offsets) against it: MuJoCo physics behind lerobot's
+real drivers."""
 
 from __future__ import annotations
 
@@ -365,16 +366,23 @@ def record_from_twin(tmp_path: Path, info: dict, root: Path, *flags: str) -> sub
 
 
 def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp_path: Path) -> None:
-    """The expert moves the leader, `robotrl record` commands the follower with it, MuJoCo
-    moves the arm, and the dataset (lerobot's own loader) shows the follower tracking the
-    leader a couple of ticks behind, with camera frames that change."""
+    """The expert moves the leader, `robotrl record --perturb` commands the follower with it
+    plus DART offsets, MuJoCo moves the arm, and the dataset (lerobot's own loader) shows the
+    follower tracking the offset command a couple of ticks behind, the leader's clean command
+    in `teleop.action`, the offsets in degrees as asked in radians, and camera frames that
+    change."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    proc, info = start_twin(tmp_path)
+    proc, info = start_twin(tmp_path, "--task", "reach")
     root = tmp_path / "ds"
+    perturb_rad = 0.06
     try:
         ran = record_from_twin(
-            tmp_path, info, root, "--episodes", "2", "--episode-time-s", "2", "--task", "pick the cube"
+            tmp_path,
+            info,
+            root,
+            *("--episodes", "2", "--episode-time-s", "2", "--task", "reach the target"),
+            *("--perturb", str(perturb_rad)),
         )
     finally:
         stop_twin(proc)
@@ -393,6 +401,15 @@ def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp
     # then the servos' own dynamics): at the best lag the arm joints agree to a degree or two.
     errors = [np.median(np.abs(state[lag:60, :5] - action[: 60 - lag, :5])) for lag in range(7)]
     assert 1 <= int(np.argmin(errors)) <= 5 and min(errors) < 2.0, errors
+    # DART: `action` is the leader's command plus an offset of about perturb_rad on each arm
+    # joint (stored in degrees), the gripper's untouched; the arm followed the offset command.
+    clean = np.stack([np.asarray(v) for v in ds.hf_dataset["teleop.action"]])
+    offset_deg = (action - clean)[np.r_[10:60, 70:120]]  # past each episode's start (velocity clamps)
+    assert 0.5 < np.std(offset_deg[:, :5]) / math.degrees(perturb_rad) < 2.0, np.std(offset_deg[:, :5], axis=0)
+    assert np.abs(offset_deg[:, 5]).max() < 1e-3
+    lag = int(np.argmin(errors))
+    to_clean = np.median(np.abs(state[lag:60, :5] - clean[: 60 - lag, :5]))
+    assert to_clean > 1.5 * min(errors), (to_clean, errors)
     for cam in ("front", "wrist"):
         key = f"observation.images.{cam}"
         assert tuple(ds.meta.features[key]["shape"]) == (48, 64, 3)
