@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         episodes = _episodes(args, arm, executor, endpoint)
     finally:
         stop(server, timeout_s=10.0)
-    _report(episodes)
+    _report(episodes, judged=arm.robot == "sim")
     return 0
 
 
@@ -69,7 +69,9 @@ def _episodes(args: argparse.Namespace, arm, config, endpoint: str) -> list:
             opened.close()
 
 
-def _report(episodes: list) -> None:
+def _report(episodes: list, judged: bool) -> None:
+    """The per-episode table and the arm's timing. `judged`: the task scored each episode
+    (the simulated arm); a real arm has no judge, so its success column says "-"."""
     import numpy as np
 
     from robotrl.inference.runner import delay_summary
@@ -78,7 +80,7 @@ def _report(episodes: list) -> None:
     rows = [
         (
             e.seed,
-            "yes" if e.success else "no",
+            ("yes" if e.success else "no") if judged else "-",
             e.ticks,
             e.missed_ticks,
             e.pauses,
@@ -88,6 +90,8 @@ def _report(episodes: list) -> None:
         for e in episodes
     ]
     print(format_table(("seed", "success", "ticks", "missed ticks", "pauses", "step clamps", "versions"), rows))
+    if not judged:
+        print("success: a real arm has no judge (a twin logs each scene's outcome)")
     read_ms = np.concatenate([e.read_ms for e in episodes])
     if len(read_ms):
         p50, p99 = np.percentile(read_ms, [50, 99])
