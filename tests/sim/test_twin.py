@@ -393,8 +393,8 @@ def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp
     # lerobot's native convention, as lerobot-record writes an SO-101: degrees under "<joint>.pos".
     assert ds.meta.robot_type == "so101_follower"
     assert ds.meta.features["observation.state"]["names"][0] == "shoulder_pan.pos"
-    state = np.stack([np.asarray(v) for v in ds.hf_dataset["observation.state"]])
-    action = np.stack([np.asarray(v) for v in ds.hf_dataset["action"]])
+    columns = ("observation.state", "action", "teleop.action")  # clean: the leader's command
+    state, action, clean = (np.stack([np.asarray(v) for v in ds.hf_dataset[key]]) for key in columns)
     first = state[:60, :5]
     assert np.ptp(first, axis=0).max() > 20, np.ptp(first, axis=0)  # the expert moved the arm tens of degrees
     # The follower reaches the leader's command a few ticks later (bus ticks on both sides,
@@ -403,7 +403,6 @@ def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp
     assert 1 <= int(np.argmin(errors)) <= 5 and min(errors) < 2.0, errors
     # DART: `action` is the leader's command plus an offset of about perturb_rad on each arm
     # joint (stored in degrees), the gripper's untouched; the arm followed the offset command.
-    clean = np.stack([np.asarray(v) for v in ds.hf_dataset["teleop.action"]])
     offset_deg = (action - clean)[np.r_[10:60, 70:120]]  # past each episode's start (velocity clamps)
     assert 0.5 < np.std(offset_deg[:, :5]) / math.degrees(perturb_rad) < 2.0, np.std(offset_deg[:, :5], axis=0)
     assert np.abs(offset_deg[:, 5]).max() < 1e-3
