@@ -43,20 +43,14 @@ ENV_LOSS_WEIGHT = 1.0
 flow loss (`estimate_env_state`)."""
 
 ESTIMATE_NOISE = 0.005
-"""Least std of the Gaussian noise (env_state's units: metres for pick_place's object
-positions) on the simulator's env_state that the fast pathway trains on under
-`estimate_env_state`: about the estimate's error on unseen scenes (0.3-0.4 cm per axis
-from 600 pick_place demonstrations), so the fast pathway learns to act on an estimate that
-good, and the estimate is trained by its own error alone. A feature the estimate gets
-worse than that (track's ball velocity, m/s, read from two frames) is blurred by the
-estimate's own error on the batch (`estimate_noise_std`)."""
-
-
-def estimate_noise_std(error: torch.Tensor) -> torch.Tensor:
-    """(E,) std of the noise on each env_state feature the fast pathway trains on: the
-    estimate's root mean squared error over the batch, `error` (B, E) in env_state's units,
-    and at least `ESTIMATE_NOISE`."""
-    return error.pow(2).mean(0).sqrt().clamp(min=ESTIMATE_NOISE)
+"""Std of the Gaussian noise (env_state's units: metres for positions, m/s for velocities)
+on the simulator's env_state that the fast pathway trains on under `estimate_env_state`:
+about the estimate's error on unseen pick_place scenes (0.3-0.4 cm per axis from 600
+demonstrations), so the fast pathway does not learn to trust a feature more exactly than
+any estimate gives it, and the estimate is trained by its own error alone. A feature the
+estimate gets worse (track's ball velocity, read from two frames) is not blurred to that
+error: a fast pathway trained on a blurred velocity hedges toward a still ball, a bias the
+closed loop never corrects, and trails the ball at long delays (docs/results.md section 30)."""
 
 
 def sample_tau(n: int) -> torch.Tensor:
@@ -83,14 +77,13 @@ def flow_matching_loss(
     moved, so a seed gives the same draws on every device."""
     latent = model.encode_slow(batch.images, batch.tokens)
     env, env_loss = batch.env_state, None
-    if model.config.estimate_env_state:  # the fast pathway sees the true state blurred to the estimate's error
+    if model.config.estimate_env_state:  # the fast pathway sees the true state, blurred
         if batch.env_state is None:
             raise ValueError("estimate_env_state trains on the privileged env_state; the batch has none")
         residual = model.estimate_env(latent) - normalizer.env(batch.env_state)
         env_loss = (residual**2).mean()
-        std = estimate_noise_std(residual.detach() * normalizer.stat("env_std", residual))
-        noise = torch.randn(batch.env_state.shape, dtype=batch.env_state.dtype).to(std.device) * std
-        env = batch.env_state + noise
+        noise = torch.randn(batch.env_state.shape, dtype=batch.env_state.dtype) * ESTIMATE_NOISE
+        env = batch.env_state + noise.to(batch.env_state.device)
     fresh = normalizer.fresh(batch.state, env, batch.ee, model.config.relative_object_dim)
     cond = model.expert.condition(latent, batch.age, fresh)
     x1 = normalizer.encode_chunk(batch.chunk, batch.state)
