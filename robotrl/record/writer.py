@@ -39,6 +39,14 @@ VIDEO_CODEC = "h264"
 """Fast to encode on a CPU and decodable everywhere; lerobot's default AV1 is slower."""
 VIDEO_PRESET = "veryfast"
 """x264 speed preset: the encoder shares the cores with rendering and the control loop."""
+VIDEO_PIX_FMT = "yuv444p"
+"""Colour at full resolution: yuv420p halves the chroma, and a small red ball's position
+is in its colour."""
+VIDEO_CRF = 10
+"""x264 quality (lower is finer). lerobot's default quality (crf 30, yuv420p) moves the
+red ball's centroid in a 96 px `track` frame by 0.2-0.7 px rms (2-4 mm at the ball, about
+the pixel policy's position error); yuv444p at crf 10 by 0.03-0.09 px, for about 4.5x the
+bytes (0.8-0.9 kB a frame at 96 px; docs/results.md section 34)."""
 
 
 def read_info(root: Path) -> dict:
@@ -193,7 +201,10 @@ class DatasetWriter:
         # lerobot hands FFmpeg back its own stderr logger after every video, and x264
         # then prints its statistics: keep FFmpeg's native level at errors.
         av.logging.set_libav_level(av.logging.ERROR)
-        encoder = RGBEncoderConfig(vcodec=VIDEO_CODEC, preset=VIDEO_PRESET)
+        encoder = RGBEncoderConfig(vcodec=VIDEO_CODEC, preset=VIDEO_PRESET, pix_fmt=VIDEO_PIX_FMT, crf=VIDEO_CRF)
+        stored = None if self._fresh else stored_video_info(self.root)
+        if stored is not None:  # appended videos must match those already in the files
+            encoder = RGBEncoderConfig.from_video_info(stored)
         options: dict[str, Any] = dict(streaming_encoding=True, rgb_encoder=encoder, video_backend="pyav")
         if self._fresh:
             self._dataset = LeRobotDataset.create(
@@ -228,6 +239,16 @@ class DatasetWriter:
             if leftover.exists():
                 log.warning("removing %s left by an interrupted episode", leftover)
                 shutil.rmtree(leftover)
+
+
+def stored_video_info(root: Path) -> dict | None:
+    """The encoding (codec, pixel format, crf, ...) of the dataset's videos, from the `info`
+    block of its first video feature; None when it has no encoded video yet."""
+    for feature in read_info(root)["features"].values():
+        info = feature.get("info") or {}
+        if feature.get("dtype") == "video" and info.get("video.codec"):
+            return info
+    return None
 
 
 @contextmanager
