@@ -48,11 +48,17 @@ class EnsembleExecutor:
     """Never intervened (a benchmark baseline)."""
 
     def __init__(
-        self, robot: SafeRobot, source: ChunkSource, *, decay: float = ACT_DECAY, past_frame_ticks: int = 0
+        self,
+        robot: SafeRobot,
+        source: ChunkSource,
+        *,
+        decay: float = ACT_DECAY,
+        past_frame_ticks: int = 0,
+        past_frames: int = 1,
     ) -> None:
         ensemble_weights(1, decay)  # validates decay
         self.robot, self.source, self.decay = robot, source, decay
-        self.past_frames = PastFrames(past_frame_ticks)
+        self.past_frames = PastFrames(past_frame_ticks, past_frames)
         self.begin_episode("")
 
     def begin_episode(self, instruction: str, start_tick: int = 0) -> None:

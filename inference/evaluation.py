@@ -42,7 +42,14 @@ def evaluation_episode(
     policy.reset()
     source = LocalChunkSource(policy, 0, seed=seed, slow_every=slow_every)
     meta = policy.metadata
-    executor = Executor(env.robot, source, meta.horizon, config, past_frame_ticks=meta.past_frame_ticks)
+    executor = Executor(
+        env.robot,
+        source,
+        meta.horizon,
+        config,
+        past_frame_ticks=meta.past_frame_ticks,
+        past_frames=meta.past_frames,
+    )
     return EpisodeRunner(env.robot, env, executor, env.clock).run(seed), source
 
 
@@ -111,6 +118,8 @@ def evaluate(
 
 def policy_inputs(meta: PolicyMetadata) -> list[str]:
     """What the policy reads, e.g. ["joints (6)", "camera front 64 px", "sim state (9): sim only"]."""
-    past = f" + its frame {meta.past_frame_ticks} ticks earlier" if meta.past_frame_ticks else ""
+    ticks = ", ".join(str(k * meta.past_frame_ticks) for k in range(1, meta.past_frames + 1))
+    frames = "frame" if meta.past_frames == 1 else "frames"
+    past = f" + its {frames} {ticks} ticks earlier" if meta.past_frame_ticks else ""
     inputs = [f"joints ({meta.state_dim})"] + [f"camera {cam} {meta.image_size_px} px{past}" for cam in meta.cameras]
     return inputs + ([f"sim state ({meta.env_state_dim}): sim only"] if meta.env_state_dim else [])

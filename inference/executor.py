@@ -237,15 +237,15 @@ class ReceivedChunk:
 
 
 class PastFrames:
-    """The camera frames of the last G + 1 ticks of an episode, for a policy that reads
-    each camera's frame from G ticks earlier too (`PolicyMetadata.past_frame_ticks`).
-    Frames are copied: a camera driver may fill the same buffer on every read."""
+    """The camera frames of the last P G + 1 ticks of an episode, for a policy that reads
+    each camera's frames from G, 2 G, .. P G ticks earlier too (`PolicyMetadata.past_frame_ticks`,
+    `past_frames`). Frames are copied: a camera driver may fill the same buffer on every read."""
 
-    def __init__(self, past_frame_ticks: int) -> None:
-        if past_frame_ticks < 0:
-            raise ValueError(f"past_frame_ticks must be >= 0, got {past_frame_ticks}")
-        self.ticks = past_frame_ticks
-        self._frames: deque[dict[str, np.ndarray]] = deque(maxlen=past_frame_ticks + 1)
+    def __init__(self, past_frame_ticks: int, past_frames: int = 1) -> None:
+        if past_frame_ticks < 0 or past_frames < 1:
+            raise ValueError(f"need past_frame_ticks >= 0 and past_frames >= 1, got {past_frame_ticks}, {past_frames}")
+        self.ticks, self.count = past_frame_ticks, past_frames
+        self._frames: deque[dict[str, np.ndarray]] = deque(maxlen=past_frame_ticks * past_frames + 1)
 
     def clear(self) -> None:
         self._frames.clear()
@@ -256,12 +256,15 @@ class PastFrames:
             self._frames.append({cam: np.array(frame) for cam, frame in images.items()})
 
     def images(self, images: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """`images` (this tick's frames) and, with G > 0, each camera's frame of G ticks
-        earlier under `past_image_key` (the episode's first frame until G ticks have passed)."""
+        """`images` (this tick's frames) and, with G > 0, each camera's frame of k G ticks
+        earlier under `past_image_key(camera, k)`, k = 1 .. P (the episode's first frame
+        until k G ticks have passed)."""
         out = dict(images)
         if self.ticks and self._frames:
-            past = self._frames[0]
-            out.update({past_image_key(cam): past[cam] for cam in images if cam in past})
+            newest = len(self._frames) - 1
+            for k in range(1, self.count + 1):
+                past = self._frames[max(newest - k * self.ticks, 0)]
+                out.update({past_image_key(cam, k): past[cam] for cam in images if cam in past})
         return out
 
 
@@ -284,7 +287,8 @@ class Executor:
         intervener: who may take over (called every tick), or None.
         lost_errors: exception types of `source` meaning "server lost": hold, retry later.
         past_frame_ticks: G of the policy (`PolicyMetadata.past_frame_ticks`): each request
-            also carries every camera's frame of G ticks earlier.
+            also carries every camera's frames of G, 2 G, .. P G ticks earlier.
+        past_frames: P of the policy (`PolicyMetadata.past_frames`).
         execute_steps: s of the policy (`PolicyMetadata.execute_steps`, 0: not said), for
             the threshold when `config.threshold` is None.
 
@@ -307,6 +311,7 @@ class Executor:
         intervener: Intervener | None = None,
         lost_errors: tuple[type[BaseException], ...] = (),
         past_frame_ticks: int = 0,
+        past_frames: int = 1,
         execute_steps: int = 0,
     ) -> None:
         s = horizon if config.execute_horizon is None else min(config.execute_horizon, horizon)
@@ -322,7 +327,7 @@ class Executor:
         self.max_step_rad = step_limit_rad(robot)
         self.lost = False
         self.stale_replies = 0
-        self.past_frames = PastFrames(past_frame_ticks)
+        self.past_frames = PastFrames(past_frame_ticks, past_frames)
         self.begin_episode("")
 
     def begin_episode(self, instruction: str, start_tick: int = 0) -> None:

@@ -206,5 +206,6 @@ def remote_executor(
         intervener=intervener,
         lost_errors=(WireError,),
         past_frame_ticks=int(server_info.get("past_frame_ticks", 0)),
+        past_frames=int(server_info.get("past_frames", 1)),
         execute_steps=int(server_info.get("execute_steps", 0)),
     )

@@ -291,6 +291,7 @@ class PolicyServer:
             "start_state_rad": list(self.policy.metadata.start_state_rad),
             "instructions": list(self.policy.metadata.instructions),
             "past_frame_ticks": self.policy.metadata.past_frame_ticks,
+            "past_frames": self.policy.metadata.past_frames,
             "execute_steps": self.policy.metadata.execute_steps,
         }
         try:

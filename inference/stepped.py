@@ -140,7 +140,10 @@ def run_stepped_episode(
     source = LocalChunkSource(policy, delay_ticks, seed=seed, slow_every=slow_every)
     if mode == "ensemble":
         executor: Executor | EnsembleExecutor = EnsembleExecutor(
-            env.robot, source, past_frame_ticks=policy.metadata.past_frame_ticks
+            env.robot,
+            source,
+            past_frame_ticks=policy.metadata.past_frame_ticks,
+            past_frames=policy.metadata.past_frames,
         )
     else:
         config = ExecutorConfig(mode, threshold, execute_horizon, lag_deadband_rad, max_in_flight)
@@ -152,6 +155,7 @@ def run_stepped_episode(
             initial_delay_ticks=initial_delay_ticks,
             intervener=intervener,
             past_frame_ticks=policy.metadata.past_frame_ticks,
+            past_frames=policy.metadata.past_frames,
             execute_steps=policy.metadata.execute_steps,
         )
     result = EpisodeRunner(env.robot, env, executor, env.clock).run(seed)

@@ -41,9 +41,12 @@ class FastSlowConfig:
     image_size_px: int = 64
     """Images are resized to this square size before the image encoder."""
     past_frame_ticks: int = 0
-    """G > 0: each camera's encoder also reads that camera's frame from G ticks earlier
-    (stacked on the channels), so the latent can see motion, e.g. the ball's velocity on
-    `track`; 0: the newest frame only."""
+    """G > 0: each camera's encoder also reads that camera's frames from G, 2 G, .. P G
+    ticks earlier (stacked on the channels), so the latent can see motion, e.g. the ball's
+    velocity on `track`; 0: the newest frame only."""
+    past_frames: int = 1
+    """P, past frames a camera gives with `past_frame_ticks` (3 frames in all with P = 2
+    show the path's curvature as well as its velocity)."""
     use_env_state: bool = False
     """Give the fast pathway the privileged `env_state` (sim only) as a fresh feature."""
     env_state_dim: int = 0
@@ -140,9 +143,10 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.relative_objects needs env_object_dim >= 3 and ee_features_arm")
         if len(self.cnn_channels) < 2:
             raise ConfigError("FastSlowConfig.cnn_channels needs at least 2 layers")
-        if self.past_frame_ticks < 0 or (self.past_frame_ticks and not self.cameras):
+        if self.past_frame_ticks < 0 or (self.past_frame_ticks and not self.cameras) or self.past_frames < 1:
             raise ConfigError(
-                f"FastSlowConfig.past_frame_ticks ({self.past_frame_ticks}) must be >= 0, and > 0 only with cameras"
+                f"FastSlowConfig.past_frame_ticks ({self.past_frame_ticks}) must be >= 0, and > 0 only with cameras; "
+                f"past_frames ({self.past_frames}) must be >= 1"
             )
         if self.max_age_ticks < 0 or (self.latent_delay_max is not None and self.latent_delay_max < 0):
             raise ConfigError("FastSlowConfig.max_age_ticks and latent_delay_max must be >= 0")

@@ -106,6 +106,7 @@ class FastSlowPolicy:
             start_state_rad=c.start_state_rad,
             instructions=c.instructions,
             past_frame_ticks=c.past_frame_ticks,
+            past_frames=c.past_frames,
             max_latent_age_ticks=c.latent_delay_max,
         )
 
@@ -283,11 +284,11 @@ class FastSlowPolicy:
         return torch.from_numpy(env)[None]
 
     def _camera(self, obs: PolicyObservation, camera: str) -> torch.Tensor:
-        """(1, 3 F, S, S) uint8: the camera's frame, and its past frame when the policy reads one."""
-        newest = self._image(obs, camera)
-        if not self.config.past_frame_ticks:
-            return newest
-        return torch.cat([newest, self._image(obs, past_image_key(camera))], dim=1)
+        """(1, 3 F, S, S) uint8: the camera's frame, then its past frames (newest first) when
+        the policy reads them."""
+        c = self.config
+        keys = [camera] + [past_image_key(camera, k) for k in range(1, c.past_frames + 1) if c.past_frame_ticks]
+        return torch.cat([self._image(obs, key) for key in keys], dim=1)
 
     def _image(self, obs: PolicyObservation, camera: str) -> torch.Tensor:
         if camera not in obs.images:

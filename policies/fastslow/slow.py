@@ -94,7 +94,7 @@ class SlowEncoder(nn.Module):
         super().__init__()
         self.cameras = config.cameras
         self.text = TextEncoder(vocab_size, config.max_words, config.width)
-        frames = 2 if config.past_frame_ticks else 1
+        frames = 1 + config.past_frames if config.past_frame_ticks else 1
         self.images = nn.ModuleList(ImageEncoder(config.cnn_channels, config.width, frames) for _ in config.cameras)
 
     @property
@@ -102,8 +102,8 @@ class SlowEncoder(nn.Module):
         return 1 + len(self.cameras)
 
     def forward(self, images_u8: list[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
-        """images_u8: per camera (B, 3 F, S, S) uint8 (F = 2 with past frames: the newest
-        frame's channels first); tokens: (B, L) -> (B, 1 + cams, width)."""
+        """images_u8: per camera (B, 3 F, S, S) uint8 (F = 1 + P with past frames: the
+        newest frame's channels first); tokens: (B, L) -> (B, 1 + cams, width)."""
         text = self.text(tokens)
         cams = [enc(img, text) for enc, img in zip(self.images, images_u8)]
         return torch.stack([text, *cams], dim=1)

@@ -38,6 +38,12 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_field(
         parser,
+        "--past-frames",
+        FastSlowConfig,
+        "P, frames each camera gives from G, 2 G, .. P G ticks earlier with --past-frame-ticks G",
+    )
+    add_field(
+        parser,
         "--action-mode",
         FastSlowConfig,
         "expert output parameterisation, normalised: delta = rows minus "
@@ -160,6 +166,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         "execute_steps": args.execute_steps,
         "image_size_px": args.image_size,
         "past_frame_ticks": args.past_frame_ticks,
+        "past_frames": args.past_frames,
         "cameras": tuple(c for c in args.cameras.split(",") if c),
         "use_env_state": args.env_state,
         "estimate_env_state": args.estimate_env_state,

@@ -46,8 +46,11 @@ class PolicyMetadata:
     instructions: tuple[str, ...] = ()
     """The instructions the policy was trained on; () unknown (any is passed on as given)."""
     past_frame_ticks: int = 0
-    """G: the policy also reads each camera's frame from G ticks before the observation,
-    under `past_image_key(camera)` (motion a single frame cannot show); 0: none."""
+    """G: the policy also reads each camera's frames from G, 2 G, .. P G ticks before the
+    observation, under `past_image_key(camera, k)` (motion a single frame cannot show);
+    0: none."""
+    past_frames: int = 1
+    """P: how many past frames a camera gives when `past_frame_ticks` > 0."""
     max_latent_age_ticks: int | None = None
     """Slow/fast policies: the oldest latent (ticks between its frame and the request's
     observation) the fast pathway was trained on; an older one is re-encoded with the
@@ -57,13 +60,13 @@ class PolicyMetadata:
     def image_keys(self) -> tuple[str, ...]:
         """Every key the policy reads in `PolicyObservation.images`: the cameras, then
         their past frames when it reads them."""
-        past = tuple(past_image_key(c) for c in self.cameras) if self.past_frame_ticks else ()
-        return self.cameras + past
+        ks = range(1, self.past_frames + 1) if self.past_frame_ticks else ()
+        return self.cameras + tuple(past_image_key(c, k) for k in ks for c in self.cameras)
 
 
-def past_image_key(camera: str) -> str:
-    """Key in `PolicyObservation.images` of `camera`'s frame `past_frame_ticks` earlier."""
-    return f"{camera}@past"
+def past_image_key(camera: str, k: int = 1) -> str:
+    """Key in `PolicyObservation.images` of `camera`'s frame k x `past_frame_ticks` earlier."""
+    return f"{camera}@past" if k == 1 else f"{camera}@past{k}"
 
 
 @dataclass
@@ -76,8 +79,8 @@ class PolicyObservation:
     instruction: str = ""
     images: dict[str, np.ndarray] = field(default_factory=dict)
     """Camera name -> (H, W, 3) uint8, captured at `tick` (may be stale); for a policy
-    with `past_frame_ticks` G also `past_image_key(name)` -> the frame of `tick - G` (the
-    episode's first frame when it began less than G ticks ago)."""
+    with `past_frame_ticks` G also `past_image_key(name, k)` -> the frame of `tick - k G`
+    for k = 1 .. P (the episode's first frame when it began less than k G ticks ago)."""
     env_state: np.ndarray | None = None
     """Optional privileged features (sim only)."""
     delay_ticks: int = 0

@@ -264,8 +264,9 @@ class Trainer:
         )
         image_idx = torch.from_numpy(idx.image)
         frames = [image_idx]
-        if c.past_frame_ticks:  # the same camera G frames earlier (the episode's first frame at its start)
-            past = delayed_frame_index(idx.image, c.past_frame_ticks, f.episode_start[idx.image])
+        for k in range(1, c.past_frames + 1) if c.past_frame_ticks else ():
+            # the same camera k G frames earlier (the episode's first frame at its start)
+            past = delayed_frame_index(idx.image, k * c.past_frame_ticks, f.episode_start[idx.image])
             frames.append(torch.from_numpy(past))
         stacked = [torch.cat([f.images[cam][i] for i in frames], dim=1) for cam in c.cameras]
         images = [self._shift(to_device(x, self.device)) for x in stacked]

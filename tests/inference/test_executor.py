@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from robotrl.core.policy import ActionChunk, PolicyObservation
+from robotrl.core.policy import ActionChunk, PolicyObservation, past_image_key
 from robotrl.core.robot import RobotState
 from robotrl.hardware.safety import SafetyLimits
 from robotrl.inference.chunking import boundary_discontinuity_ratio
@@ -430,10 +430,11 @@ def test_a_reply_supersedes_the_requests_before_it_and_their_late_replies_are_dr
 
 
 @pytest.mark.parametrize("mode", ["vlash", "ensemble"])
-def test_a_policy_reading_past_frames_gets_each_cameras_frame_from_g_ticks_earlier(env, mode):
-    """past_frame_ticks G = 3: every request carries each camera's frame of tick - 3 under
-    `past_image_key`, the episode's first frame until 3 ticks have passed, and a new
-    episode starts its history afresh."""
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_policy_reading_past_frames_gets_each_cameras_frames_from_k_g_ticks_earlier(env, mode, count):
+    """past_frame_ticks G = 3, past_frames P: every request carries each camera's frame of
+    tick - 3 k under `past_image_key(camera, k)`, k = 1 .. P, the episode's first frame
+    until 3 k ticks have passed, and a new episode starts its history afresh."""
     from robotrl.inference.ensemble import EnsembleExecutor
 
     class Recording:
@@ -450,9 +451,10 @@ def test_a_policy_reading_past_frames_gets_each_cameras_frame_from_g_ticks_earli
     policy = Recording()
     source = LocalChunkSource(policy, 0)
     if mode == "ensemble":
-        executor = EnsembleExecutor(env.robot, source, past_frame_ticks=3)
+        executor = EnsembleExecutor(env.robot, source, past_frame_ticks=3, past_frames=count)
     else:
-        executor = Executor(env.robot, source, H, ExecutorConfig(mode, threshold=1.0), past_frame_ticks=3)
+        config = ExecutorConfig(mode, threshold=1.0)
+        executor = Executor(env.robot, source, H, config, past_frame_ticks=3, past_frames=count)
     env.reset(0)
     q = env.robot.read().q_rad
     for episode in range(2):
@@ -461,10 +463,12 @@ def test_a_policy_reading_past_frames_gets_each_cameras_frame_from_g_ticks_earli
         for tick in range(12):
             executor.tick(RobotState(q, 0.0, images=frames(tick)))
         assert len(policy.seen) >= 3, episode
+        keys = {"front", "wrist", "front@past", "wrist@past"} | ({"front@past2", "wrist@past2"} if count > 1 else set())
         for obs in policy.seen:
-            past = max(obs.tick - 3, 0)
-            assert set(obs.images) == {"front", "wrist", "front@past", "wrist@past"}
+            assert set(obs.images) == keys
             assert obs.images["front"][0, 0, 0] == 10 * obs.tick and obs.images["wrist"][0, 0, 0] == 10 * obs.tick + 1
-            assert obs.images["front@past"][0, 0, 0] == 10 * past, (episode, obs.tick)
-            assert obs.images["wrist@past"][0, 0, 0] == 10 * past + 1
-        assert any(obs.tick > 3 for obs in policy.seen) and policy.seen[0].tick == 0
+            for k in range(1, count + 1):
+                past = max(obs.tick - 3 * k, 0)
+                assert obs.images[past_image_key("front", k)][0, 0, 0] == 10 * past, (episode, obs.tick, k)
+                assert obs.images[past_image_key("wrist", k)][0, 0, 0] == 10 * past + 1
+        assert any(obs.tick > 3 * count for obs in policy.seen) and policy.seen[0].tick == 0

@@ -79,15 +79,26 @@ def motion_x(t: int, direction: float) -> int:
     return 4 + t if direction > 0 else 23 - t
 
 
-def write_motion_dataset(root, episodes: int = 4) -> None:
+TURN_TICK = 10
+
+
+def turn_x(t: int, direction: float) -> int:
+    """The square's column at tick t: for +1 it moves left until `TURN_TICK`, then right
+    at 1 px a tick; for -1 it moves right all along. From the turn on both are at 4 + t,
+    so at ticks TURN_TICK + G .. TURN_TICK + 2 G - 1 only the frame 2 G back tells them apart."""
+    return abs(t - TURN_TICK) + TURN_TICK + 4 if direction > 0 else 4 + t
+
+
+def write_motion_dataset(root, episodes: int = 4, path=motion_x) -> None:
     """One instruction and a still arm (state always S0); the action offsets joint 0 by
-    +-0.3 rad with the direction the square moves, which only two frames show."""
+    +-0.3 rad with the episode's direction, which only the square's motion shows
+    (`path(t, direction)`: its column at tick t)."""
     writer = DatasetWriter(root, F.dataset_features(toy_spec(), SIM_JOINTS, env_state_dim=3), 30, SIM_JOINTS)
     for ep in range(episodes):
         direction = 1.0 if ep % 2 == 0 else -1.0
         action = S0 + np.array([0.3 * direction, 0.0, 0.0, 0.0, 0.0, 0.0])
         for t in range(EPISODE_TICKS):
-            image = motion_image(motion_x(t, direction))
+            image = motion_image(path(t, direction))
             _add_frame(writer, t, S0, action, image, INSTRUCTIONS[0], np.zeros(3, np.float32))
         writer.save_episode()
     writer.close()
