@@ -143,10 +143,13 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.relative_objects needs env_object_dim >= 3 and ee_features_arm")
         if len(self.cnn_channels) < 2:
             raise ConfigError("FastSlowConfig.cnn_channels needs at least 2 layers")
-        if self.past_frame_ticks < 0 or (self.past_frame_ticks and not self.cameras) or self.past_frames < 1:
+        if self.past_frame_ticks < 0 or (self.past_frame_ticks and not self.cameras):
             raise ConfigError(
-                f"FastSlowConfig.past_frame_ticks ({self.past_frame_ticks}) must be >= 0, and > 0 only with cameras; "
-                f"past_frames ({self.past_frames}) must be >= 1"
+                f"FastSlowConfig.past_frame_ticks ({self.past_frame_ticks}) must be >= 0, and > 0 only with cameras"
+            )
+        if self.past_frames < 1 or (self.past_frames > 1 and not self.past_frame_ticks):
+            raise ConfigError(
+                f"FastSlowConfig.past_frames ({self.past_frames}) must be >= 1, and > 1 only with past_frame_ticks"
             )
         if self.max_age_ticks < 0 or (self.latent_delay_max is not None and self.latent_delay_max < 0):
             raise ConfigError("FastSlowConfig.max_age_ticks and latent_delay_max must be >= 0")

@@ -333,6 +333,9 @@ def test_loading_the_wrong_checkpoint_is_a_clear_error(tmp_path):
         ({"horizon": 0}, "horizon"),
         ({"action_mode": "ee_delta"}, "ee_features_arm"),
         ({"action_mode": "ee_absolute"}, "ee_features_arm"),
+        ({"past_frame_ticks": -1}, "past_frame_ticks"),
+        ({"past_frames": 2}, "past_frames .2. must be >= 1, and > 1 only with past_frame_ticks"),
+        ({"past_frame_ticks": 4, "past_frames": 0}, "past_frames"),
     ],
 )
 def test_config_validation(bad, match):
