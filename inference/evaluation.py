@@ -17,7 +17,7 @@ from collections import Counter
 
 import numpy as np
 
-from robotrl.core.policy import ChunkPolicy, PolicyMetadata
+from robotrl.core.policy import ChunkPolicy, PolicyMetadata, past_frame_ticks_back
 from robotrl.core.robot import CameraSpec
 from robotrl.inference.executor import Executor, ExecutorConfig, LocalChunkSource
 from robotrl.inference.runner import EpisodeResult, EpisodeRunner
@@ -118,7 +118,7 @@ def evaluate(
 
 def policy_inputs(meta: PolicyMetadata) -> list[str]:
     """What the policy reads, e.g. ["joints (6)", "camera front 64 px", "sim state (9): sim only"]."""
-    ticks = ", ".join(str(k * meta.past_frame_ticks) for k in range(1, meta.past_frames + 1))
+    ticks = ", ".join(map(str, past_frame_ticks_back(meta.past_frame_ticks, meta.past_frames)))
     frames = "frame" if meta.past_frames == 1 else "frames"
     past = f" + its {frames} {ticks} ticks earlier" if meta.past_frame_ticks else ""
     inputs = [f"joints ({meta.state_dim})"] + [f"camera {cam} {meta.image_size_px} px{past}" for cam in meta.cameras]

@@ -48,6 +48,7 @@ from robotrl.core.policy import (
     PolicyObservation,
     SlowFastPolicy,
     StateEstimatingPolicy,
+    past_frame_ticks_back,
     past_image_key,
 )
 from robotrl.core.robot import RobotState
@@ -245,6 +246,7 @@ class PastFrames:
         if past_frame_ticks < 0 or past_frames < 1:
             raise ValueError(f"need past_frame_ticks >= 0 and past_frames >= 1, got {past_frame_ticks}, {past_frames}")
         self.ticks, self.count = past_frame_ticks, past_frames
+        self._back = past_frame_ticks_back(past_frame_ticks, past_frames)
         self._frames: deque[dict[str, np.ndarray]] = deque(maxlen=past_frame_ticks * past_frames + 1)
 
     def clear(self) -> None:
@@ -262,8 +264,8 @@ class PastFrames:
         out = dict(images)
         if self.ticks and self._frames:
             newest = len(self._frames) - 1
-            for k in range(1, self.count + 1):
-                past = self._frames[max(newest - k * self.ticks, 0)]
+            for k, back in enumerate(self._back, 1):
+                past = self._frames[max(newest - back, 0)]
                 out.update({past_image_key(cam, k): past[cam] for cam in images if cam in past})
         return out
 

@@ -28,7 +28,13 @@ import numpy as np
 import torch
 
 from robotrl.core.errors import ConfigError
-from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation, past_image_key
+from robotrl.core.policy import (
+    ActionChunk,
+    PolicyMetadata,
+    PolicyObservation,
+    past_frame_ticks_back,
+    past_image_key,
+)
 from robotrl.core.seeds import tick_seed
 from robotrl.policies.checkpoint import load_weights_bytes, read_checkpoint, save_weights_bytes, write_checkpoint
 from robotrl.policies.device import load_staged, module_device, stage_tensors, to_device, torch_device
@@ -287,7 +293,8 @@ class FastSlowPolicy:
         """(1, 3 F, S, S) uint8: the camera's frame, then its past frames (newest first) when
         the policy reads them."""
         c = self.config
-        keys = [camera] + [past_image_key(camera, k) for k in range(1, c.past_frames + 1) if c.past_frame_ticks]
+        past = past_frame_ticks_back(c.past_frame_ticks, c.past_frames)
+        keys = [camera] + [past_image_key(camera, k) for k in range(1, len(past) + 1)]
         return torch.cat([self._image(obs, key) for key in keys], dim=1)
 
     def _image(self, obs: PolicyObservation, camera: str) -> torch.Tensor:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robotrl.core.policy import past_frame_ticks_back
 from robotrl.policies.fastslow.config import FastSlowConfig
 
 
@@ -94,7 +95,7 @@ class SlowEncoder(nn.Module):
         super().__init__()
         self.cameras = config.cameras
         self.text = TextEncoder(vocab_size, config.max_words, config.width)
-        frames = 1 + config.past_frames if config.past_frame_ticks else 1
+        frames = 1 + len(past_frame_ticks_back(config.past_frame_ticks, config.past_frames))
         self.images = nn.ModuleList(ImageEncoder(config.cnn_channels, config.width, frames) for _ in config.cameras)
 
     @property

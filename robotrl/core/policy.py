@@ -60,8 +60,13 @@ class PolicyMetadata:
     def image_keys(self) -> tuple[str, ...]:
         """Every key the policy reads in `PolicyObservation.images`: the cameras, then
         their past frames when it reads them."""
-        ks = range(1, self.past_frames + 1) if self.past_frame_ticks else ()
-        return self.cameras + tuple(past_image_key(c, k) for k in ks for c in self.cameras)
+        ticks = past_frame_ticks_back(self.past_frame_ticks, self.past_frames)
+        return self.cameras + tuple(past_image_key(c, k) for k in range(1, len(ticks) + 1) for c in self.cameras)
+
+
+def past_frame_ticks_back(past_frame_ticks: int, past_frames: int) -> tuple[int, ...]:
+    """Ticks back of a camera's past frames k = 1 .. P: (G, 2 G, .. P G); () when G = 0."""
+    return tuple(k * past_frame_ticks for k in range(1, past_frames + 1)) if past_frame_ticks else ()
 
 
 def past_image_key(camera: str, k: int = 1) -> str:

@@ -26,6 +26,7 @@ import torch
 
 from robotrl.core.devices import DEFAULT_DEVICE, check_device
 from robotrl.core.errors import ConfigError
+from robotrl.core.policy import past_frame_ticks_back
 from robotrl.policies.checkpoint import read_config
 from robotrl.policies.device import autocast, to_device, torch_device
 from robotrl.policies.fastslow.config import FastSlowConfig
@@ -264,9 +265,9 @@ class Trainer:
         )
         image_idx = torch.from_numpy(idx.image)
         frames = [image_idx]
-        for k in range(1, c.past_frames + 1) if c.past_frame_ticks else ():
+        for back in past_frame_ticks_back(c.past_frame_ticks, c.past_frames):
             # the same camera k G frames earlier (the episode's first frame at its start)
-            past = delayed_frame_index(idx.image, k * c.past_frame_ticks, f.episode_start[idx.image])
+            past = delayed_frame_index(idx.image, back, f.episode_start[idx.image])
             frames.append(torch.from_numpy(past))
         stacked = [torch.cat([f.images[cam][i] for i in frames], dim=1) for cam in c.cameras]
         images = [self._shift(to_device(x, self.device)) for x in stacked]
