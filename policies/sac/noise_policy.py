@@ -60,6 +60,8 @@ class DsrlChunkPolicy(ActorPolicy):
             m.image_size_px,
             m.normalization_id,
             m.env_state_dim,
+            past_frame_ticks=m.past_frame_ticks,
+            past_frames=m.past_frames,
         )
 
     @torch.no_grad()

@@ -2,7 +2,8 @@
 
 Rows live in a `RowStore`: fixed arrays indexed by physical slot, with every row's
 global position `glob` (monotone over the store's life) so that "row t+k of the same
-episode" is `min(glob + k, ep_end - 1) % capacity` even across the ring's wrap-around.
+episode" is `min(glob + k, ep_end - 1) % capacity` and "row t-k" `max(glob - k, ep_start)
+% capacity`, even across the ring's wrap-around.
 Images are kept uint8 (never float). The online store evicts its oldest episodes (whole
 episodes) to stay within `capacity` transitions; the demo store never evicts and grows.
 Only what sampling needs is kept in RAM (ticks, policy_action and delay_ticks stay in
@@ -25,7 +26,7 @@ class RowStore:
     evict=True: a ring; adding an episode evicts the oldest episodes until it fits.
     evict=False: grows (doubling) instead. Fields (physical slot -> value): state (S,) f32,
     env_state (E,) f32 or absent, action (A,) f32, reward f32, intervention bool, version
-    int64, images[cam] (h, w, 3) u8, glob int64, ep_end int64 (global, exclusive),
+    int64, images[cam] (h, w, 3) u8, glob int64, ep_start / ep_end int64 (global, inclusive / exclusive),
     ep_done / ep_success / ep_intervened bool, ep_return f32, instr int32 (into `instructions`).
     """
 
@@ -53,6 +54,7 @@ class RowStore:
             "intervention": ((), np.bool_),
             "version": ((), np.int64),
             "glob": ((), np.int64),
+            "ep_start": ((), np.int64),
             "ep_end": ((), np.int64),
             "ep_done": ((), np.bool_),
             "ep_success": ((), np.bool_),
@@ -104,6 +106,7 @@ class RowStore:
             "intervention": ep.intervention,
             "version": ep.version,
             "glob": np.arange(start, start + n),
+            "ep_start": start,
             "ep_end": start + n,
             "ep_done": ep.done,
             "ep_success": ep.success,

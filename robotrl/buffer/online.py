@@ -33,6 +33,8 @@ class OnlineBuffer:
     everything). online_ratio: share of each batch drawn from online rows (RLPD), the rest
     from demo + intervention rows. staleness_cap: online rows with learner_version -
     version above it are never sampled (None: no cap). fsync: durable journal and commits.
+    past_ticks: (n_1, .. n_P) rows back of the past frames `sample_chunks` adds to every
+    camera, for a policy that reads them (`past_frame_ticks_back(G, P)`; (): none).
     Attributes: `recovery_s` (seconds the open took to rebuild the cache from the log),
     `partial_episodes` (in-progress episodes found in the journal on open, not sampled),
     `image_alloc` (None, or where sampled images are gathered: a learner on a GPU sets
@@ -48,12 +50,14 @@ class OnlineBuffer:
         online_ratio: float = 0.5,
         staleness_cap: int | None = None,
         fsync: bool = True,
+        past_ticks: tuple[int, ...] = (),
     ) -> None:
         if not 0.0 <= online_ratio <= 1.0:
             raise ValueError(f"online_ratio must be in [0, 1], got {online_ratio}")
         if staleness_cap is not None and staleness_cap < 0:
             raise ValueError(f"staleness_cap must be >= 0 or None, got {staleness_cap}")
         self.spec, self.online_ratio, self.staleness_cap = spec, online_ratio, staleness_cap
+        self.past_ticks = past_ticks
         self.image_alloc: ImageAlloc | None = None
         t0 = time.perf_counter()
         self.log = EpisodeLog(root, fsync=fsync)
@@ -124,6 +128,7 @@ class OnlineBuffer:
             self.online_ratio,
             self.staleness_cap,
             self.image_alloc,
+            self.past_ticks,
         )
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robotrl.buffer.cache import ReplayCache, RowStore
+from robotrl.core.policy import past_image_key
 
 if TYPE_CHECKING:
     import torch
@@ -66,16 +67,20 @@ class ChunkSample:
     """B chunks starting at row t of an episode.
 
     state: (B, S) float32 at t; env_state: (B, E) float32 or None; images: camera ->
-    (B, h, w, 3) uint8 at t; instruction: B strings; actions: (B, H, A) float32 executed
-    rows t..t+H-1, past the episode end padded with its last row; mask: (B, H) bool, True
-    for real rows; intervention: (B, H) bool (False on padding); episode_return: (B,)
-    float32 sum of the episode's rewards; episode_success: (B,) bool; episode_intervened:
-    (B,) bool (any row of the episode intervened); version: (B,) int64 of row t;
-    staleness: (B,) int64 (0 for demo rows); is_demo: (B,) bool.
+    (B, h, w, 3) uint8 at t, and with `past_ticks` (n_1, n_2, ..) also `past_image_key(camera,
+    k)` -> the camera's image n_k rows earlier (the episode's first row when t < n_k), as a
+    policy reading past frames gets them (`PolicyObservation.images`); instruction: B
+    strings; actions: (B, H, A) float32 executed rows t..t+H-1, past the episode end padded
+    with its last row; mask: (B, H) bool, True for real rows; intervention: (B, H) bool
+    (False on padding); episode_return: (B,) float32 sum of the episode's rewards;
+    episode_success: (B,) bool; episode_intervened: (B,) bool (any row of the episode
+    intervened); version: (B,) int64 of row t; staleness: (B,) int64 (0 for demo rows);
+    is_demo: (B,) bool.
     Chunk TD (DSRL): reward: (B, H) float32 of rows t..t+H-1, 0 on padding; next_state /
-    next_env_state / next_images: the same as state / env_state / images for row t+H, or
-    for the episode's last row when the episode ends first; done: (B,) bool, True when
-    t+H >= the episode's length and the episode finished (terminal: no bootstrap).
+    next_env_state / next_images: the same as state / env_state / images (past frames
+    too) for row t+H, or for the episode's last row when the episode ends first; done:
+    (B,) bool, True when t+H >= the episode's length and the episode finished (terminal:
+    no bootstrap).
     """
 
     state: np.ndarray
@@ -148,6 +153,19 @@ def _gather_images(groups: list[tuple[RowStore, np.ndarray]], cam: str, alloc: I
     return out if handed is None else handed
 
 
+def _camera_images(
+    groups: list[tuple[RowStore, np.ndarray]], past_ticks: tuple[int, ...], alloc: ImageAlloc | None
+) -> dict[str, ImageBatch]:
+    """Every camera's images at the rows `groups` name, then for k = 1, 2, .. its images
+    `past_ticks[k - 1]` rows earlier in the same episode under `past_image_key(camera, k)`."""
+    cams = list(groups[0][0].images)
+    out = {cam: _gather_images(groups, cam, alloc) for cam in cams}
+    for k, back in enumerate(past_ticks, 1):
+        earlier = [(st, _earlier_slots(st, slots, back)) for st, slots in groups]
+        out.update({past_image_key(cam, k): _gather_images(earlier, cam, alloc) for cam in cams})
+    return out
+
+
 def _rows(groups: list[tuple[RowStore, np.ndarray]]) -> int:
     return sum(len(slots) for _, slots in groups)
 
@@ -169,6 +187,12 @@ def _offset_slots(store: RowStore, slots: np.ndarray, k: np.ndarray | int) -> tu
         glob, end = glob[:, None], end[:, None]
     target = glob + k
     return np.minimum(target, end - 1) % store.capacity, target < end
+
+
+def _earlier_slots(store: RowStore, slots: np.ndarray, back: int) -> np.ndarray:
+    """Slots of rows t - back of the same episode, clipped to its first row."""
+    glob = store.arrays["glob"][slots]
+    return np.maximum(glob - back, store.arrays["ep_start"][slots]) % store.capacity
 
 
 def _chunk_rows(
@@ -207,13 +231,13 @@ def sample_transitions(
     return TransitionSample(
         state=_gather(groups, "state"),
         env_state=_gather(groups, "env_state") if env else None,
-        images={cam: _gather_images(groups, cam, image_alloc) for cam in cache.online.images},
+        images=_camera_images(groups, (), image_alloc),
         action=_gather(groups, "action"),
         reward=_gather(groups, "reward"),
         done=done,
         next_state=_gather(nxt, "state"),
         next_env_state=_gather(nxt, "env_state") if env else None,
-        next_images={cam: _gather_images(nxt, cam, image_alloc) for cam in cache.online.images},
+        next_images=_camera_images(nxt, (), image_alloc),
         intervention=_gather(groups, "intervention"),
         **_common(groups, learner_version, len(on)),
     )
@@ -228,10 +252,11 @@ def sample_chunks(
     online_ratio: float = 0.5,
     staleness_cap: int | None = None,
     image_alloc: ImageAlloc | None = None,
+    past_ticks: tuple[int, ...] = (),
 ) -> ChunkSample:
     """A `ChunkSample` of `batch_size` chunks of `horizon` rows, start rows mixed as
     `draw_rows` says (the cap applies to the start row's version); images gathered into
-    `image_alloc`'s memory."""
+    `image_alloc`'s memory, with each camera's images `past_ticks` rows earlier too."""
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
     on, demo = draw_rows(cache, batch_size, learner_version, rng, online_ratio, staleness_cap)
@@ -247,7 +272,7 @@ def sample_chunks(
     return ChunkSample(
         state=_gather(groups, "state"),
         env_state=_gather(groups, "env_state") if env else None,
-        images={cam: _gather_images(groups, cam, image_alloc) for cam in cache.online.images},
+        images=_camera_images(groups, past_ticks, image_alloc),
         instruction=instr,
         actions=_chunk_rows(groups, offs, "action"),
         mask=mask,
@@ -259,6 +284,6 @@ def sample_chunks(
         reward=np.where(mask, _chunk_rows(groups, offs, "reward"), np.float32(0)),
         next_state=_gather(nxt, "state"),
         next_env_state=_gather(nxt, "env_state") if env else None,
-        next_images={cam: _gather_images(nxt, cam, image_alloc) for cam in cache.online.images},
+        next_images=_camera_images(nxt, past_ticks, image_alloc),
         done=done,
     )

@@ -3,13 +3,16 @@ learner`), an inference server taking its weights (`robotrl serve --weights-from
 `--actors` simulated arms (`robotrl actor`) streaming every tick to it, with the scripted
 expert (or a person) ready to take over. Each child gets its config as a JSON file in the
 run folder. Prints the success / intervention curve and draws `curves.png`; `--resume`
-continues a run."""
+continues a run. When the learner or the server dies during the run, the arms stop and
+the command exits with one line naming it."""
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -61,14 +64,47 @@ def run(args: argparse.Namespace) -> int:
         args.stepped_speed,
     )
     procs: list[subprocess.Popen] = []
+    stopping, died = threading.Event(), []
     try:
         _start_learner_and_server(args, out, transitions, weights, endpoint, procs)
+        logs = (("learner", out / "learner.log"), ("inference server", out / "server.log"))
+        _watch([(name, proc, log) for (name, log), proc in zip(logs, procs)], stopping, died)
         _run_actors(actor, args.actors, out, start, procs)
+    except KeyboardInterrupt:
+        if not died:
+            raise
     finally:
+        stopping.set()
         for proc in reversed(procs):
             launch.stop(proc)
+    if died:
+        raise UserError(died[0])
     _report(out, args.actors, args.baseline_csv)
     return 0
+
+
+def _watch(children: list[tuple[str, subprocess.Popen, Path]], stopping: threading.Event, died: list[str]) -> None:
+    """Watch the learner and the server (name, process, log) from a daemon thread: when one
+    exits with an error before `stopping` is set, put one line saying so (with its log's
+    last line) in `died` and interrupt the main thread, so the arms do not go on without it."""
+
+    def watch() -> None:
+        while not stopping.wait(0.5):
+            for name, proc, log in children:
+                code = proc.poll()
+                if code and not stopping.is_set():
+                    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                    died.append(f"the {name} {how} during the run ({_last_line(log)}); see {log}")
+                    _thread.interrupt_main()
+                    return
+
+    threading.Thread(target=watch, name="learn-watch", daemon=True).start()
+
+
+def _last_line(log: Path) -> str:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "its log is empty"
 
 
 def _check(args: argparse.Namespace) -> Path:

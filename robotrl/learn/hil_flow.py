@@ -24,6 +24,7 @@ from robotrl.buffer.sampler import ChunkSample
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.core.errors import ConfigError
 from robotrl.core.learning import Sampler
+from robotrl.core.policy import past_frame_ticks_back, past_image_key
 from robotrl.learn.algorithm import (
     batch_metrics,
     check_saved_config,
@@ -118,12 +119,19 @@ def flow_inputs(
     instruction: list[str],
 ) -> FlowInputs:
     """What the flow conditions on, as `Batch` fields (images, tokens, state, env_state,
-    ee) from (B, S) states, (B, E) env_state, camera -> (B, h, w, 3) uint8 (numpy, or a
-    tensor on any device: it stays there) and B strings; images resized to the policy's size."""
+    ee) from (B, S) states, (B, E) env_state, image key -> (B, h, w, 3) uint8 (numpy, or a
+    tensor on any device: it stays there; every key of `policy.metadata.image_keys`) and B
+    strings. Each camera's images become (B, 3 F, S, S): its frame, then its past frames
+    newest first (F = 1 + P), resized to the policy's size, as the policy reads them."""
     c = policy.config
     state_t = torch.from_numpy(np.asarray(state, np.float32))
+    past = range(1, len(past_frame_ticks_back(c.past_frame_ticks, c.past_frames)) + 1)
+    stacked = [[images[cam], *(images[past_image_key(cam, k)] for k in past)] for cam in c.cameras]
     return {
-        "images": [resize_images(image_tensor(images[cam]).permute(0, 3, 1, 2), c.image_size_px) for cam in c.cameras],
+        "images": [
+            resize_images(torch.cat([image_tensor(x).permute(0, 3, 1, 2) for x in frames], 1), c.image_size_px)
+            for frames in stacked
+        ],
         "tokens": torch.from_numpy(policy.vocab.encode_many(list(instruction), c.max_words)),
         "state": state_t,
         "env_state": torch.from_numpy(np.asarray(env_state, np.float32)) if c.use_env_state else None,
@@ -147,7 +155,7 @@ def flow_batch(policy: FastSlowPolicy, sample: ChunkSample, idx: np.ndarray) -> 
         policy,
         sample.state[idx],
         None if sample.env_state is None else sample.env_state[idx],
-        {cam: _rows(sample.images[cam], idx) for cam in policy.config.cameras},
+        {key: _rows(sample.images[key], idx) for key in policy.metadata.image_keys},
         [sample.instruction[i] for i in idx],
     )
     return Batch(
@@ -220,11 +228,6 @@ class HilFlow:
     ) -> None:
         c = policy.config
         check_policy_spec(spec, c)
-        if c.past_frame_ticks:
-            raise ConfigError(
-                f"hil-flow cannot train a policy that reads past frames (past_frame_ticks {c.past_frame_ticks}): "
-                "transitions carry each tick's newest frames only"
-            )
         missing = sorted(set(c.cameras) - set(spec.cameras))
         if missing or (c.use_env_state and spec.env_state_dim != c.env_state_dim):
             raise ConfigError(

@@ -18,6 +18,7 @@ from pathlib import Path
 from robotrl.buffer.spec import TransitionSpec
 from robotrl.core.devices import DEFAULT_DEVICE, check_device
 from robotrl.core.errors import UserError
+from robotrl.core.policy import past_frame_ticks_back
 from robotrl.learn.learner import Learner, LearnerConfig
 
 SERVED = "served"
@@ -122,8 +123,15 @@ def run_learner(job: LearnerJob) -> None:
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(spec.to_dict(), indent=1))
+    served = algorithm.served_policy().metadata  # a policy reading past frames trains on them too
     buffer = OnlineBuffer(
-        job.buffer, spec, job.capacity, online_ratio=job.online_ratio, staleness_cap=job.staleness_cap, fsync=job.fsync
+        job.buffer,
+        spec,
+        job.capacity,
+        online_ratio=job.online_ratio,
+        staleness_cap=job.staleness_cap,
+        fsync=job.fsync,
+        past_ticks=past_frame_ticks_back(served.past_frame_ticks, served.past_frames),
     )
     meta = {
         "spec": spec.to_dict(),

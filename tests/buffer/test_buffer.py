@@ -246,9 +246,9 @@ def test_cache_is_uint8_and_evicts_whole_oldest_episodes(tmp_path):
     assert len(buf) == 20 and buf.committed_transitions == 40
     assert set(buf.cache.online.arrays["state"][buf.cache.online.eligible(None)][:, 0] // 1000) == {2.0, 3.0}
     assert buf.cache.online.images["front"].dtype == np.uint8
-    # per slot: state 12 + env 8 + action 8 + reward 4 + intervention 1 + version 8 + glob 8 + ep_end 8
-    # + 3 episode flags 3 + ep_return 4 + instr 4 + image 8*6*3 = 144 -> 212 bytes
-    assert buf.cache.bytes_per_transition == 212
+    # per slot: state 12 + env 8 + action 8 + reward 4 + intervention 1 + version 8 + glob 8 + ep_start 8
+    # + ep_end 8 + 3 episode flags 3 + ep_return 4 + instr 4 + image 8*6*3 = 144 -> 220 bytes
+    assert buf.cache.bytes_per_transition == 220
     sample = buf.sample_transitions(64, learner_version=0, rng=np.random.default_rng(0))
     assert sample.images["front"].dtype == np.uint8 and sample.next_images["front"].dtype == np.uint8
     # Episode 2 was written across the ring's end (slots 20..24, 0..4): next rows still follow.
@@ -375,6 +375,39 @@ def test_sample_chunks_td_fields_golden(tmp_path):
             np.testing.assert_array_equal(c.next_env_state[rows, 1], 2 * (ep * 1000 + next_row))
             assert c.next_images["front"][rows[0]].tobytes() == _pixels(ep, np.array([next_row])).tobytes()
             assert np.all(c.done[rows] == done), (demo, start)  # the unfinished demo never ends a chunk
+
+
+def test_sample_chunks_gives_each_camera_its_past_frames_from_the_same_episode(tmp_path):
+    """With past_ticks (3, 6) every chunk's start row t and next row carry the camera's
+    images of rows t - 3 and t - 6 of their own episode (its first row before that), across
+    the ring's wrap-around and for demo rows alike, as a policy reading past frames gets them."""
+    buf = OnlineBuffer(tmp_path, SPEC, capacity=25, fsync=False, past_ticks=(3, 6))
+    for ep in range(3):  # episode 2 is written across the ring's end (slots 20..24, 0..4)
+        add_episode(buf, "a", ep, 10)
+    b = make_batch("demo", 7, 0, 10, done=True)
+    buf.add_demo_episodes(
+        [
+            Episode(
+                "demo",
+                7,
+                **{k: np.asarray(getattr(b, k), d) for k, d in ROW_FIELDS.items()},
+                images=b.images,
+                env_state=b.env_state,
+                source="demo",
+            )
+        ]
+    )
+    c = buf.sample_chunks(400, horizon=4, learner_version=0, rng=np.random.default_rng(0))
+    assert sorted(c.images) == ["front", "front@past", "front@past2"] and sorted(c.next_images) == sorted(c.images)
+    ep = (c.state[:, 0] // 1000).astype(int)
+    t = (c.state[:, 0] % 1000).astype(int)
+    nxt = np.minimum(t + 4, 9)
+    assert set(ep) == {1, 2, 7} and set(t) == set(range(10))
+    for i in range(len(t)):
+        for key, back in (("front", 0), ("front@past", 3), ("front@past2", 6)):
+            assert c.images[key][i].tobytes() == _pixels(ep[i], np.array([max(t[i] - back, 0)])).tobytes()
+            assert c.next_images[key][i].tobytes() == _pixels(ep[i], np.array([max(nxt[i] - back, 0)])).tobytes()
+    assert list(buf.sample_transitions(4, 0, np.random.default_rng(0)).images) == ["front"]
 
 
 def test_empty_buffer_sampling_is_a_clear_error(tmp_path):

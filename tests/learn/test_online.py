@@ -23,8 +23,9 @@ from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.fastslow.vocab import Vocabulary
 
 
-def tiny_reach_policy(path) -> None:
-    """An untrained fast/slow policy for the reach task (16 px cameras, env_state 3)."""
+def tiny_reach_policy(path, **config) -> None:
+    """An untrained fast/slow policy for the reach task (16 px cameras, env_state 3;
+    `config`: more `FastSlowConfig` fields)."""
     cfg = FastSlowConfig(
         width=16,
         cnn_channels=(8, 8),
@@ -37,6 +38,7 @@ def tiny_reach_policy(path) -> None:
         cameras=("front", "wrist"),
         use_env_state=True,
         env_state_dim=3,
+        **config,
     )
     torch.manual_seed(0)
     norm = Normalizer(
@@ -50,7 +52,7 @@ def _segments(buffer) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((buffer / "segments").glob("*.seg"))}
 
 
-def _deploy(out, policy, episodes: int, resume: bool) -> subprocess.Popen:
+def _deploy(out, policy, episodes: int, resume: bool, actors: int = 2) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
@@ -65,7 +67,7 @@ def _deploy(out, policy, episodes: int, resume: bool) -> subprocess.Popen:
         "--out",
         str(out),
         "--actors",
-        "2",
+        str(actors),
         "--episodes",
         str(episodes),
         "--stepped-delay",
@@ -139,6 +141,41 @@ def test_two_actors_server_learner_killed_and_resumed(tmp_path):
     for child, role in (("learner", "learner"), ("server", "inference_server")):
         assert json.loads((out / f"{child}.json").read_text())["device"] == "cpu"
         assert f"device for the {role}: cpu (asked for)" in (out / f"{child}.log").read_text()
+
+
+def test_online_learning_trains_a_policy_that_reads_past_frames(tmp_path):
+    """A policy reading each camera's frames 2 and 4 ticks back: the actor sends them, the
+    learner trains on the same frames drawn from its buffer, and the server's new weights
+    reach the arm."""
+    policy, out = tmp_path / "policy", tmp_path / "run"
+    tiny_reach_policy(policy, past_frame_ticks=2, past_frames=2)
+    proc = _deploy(out, policy, episodes=4, resume=False, actors=1)
+    text, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, text
+    updates = read_csv(out / "learner" / "updates.csv")
+    assert int(updates[-1]["updates"]) >= 20 and float(updates[-1]["accepted_frac"]) > 0
+    assert max(int(r["version_max"]) for r in read_csv(out / "actors.csv")) > 0  # the arm ran trained weights
+
+
+def test_a_learner_that_dies_stops_the_run_with_one_line(tmp_path):
+    """SIGKILL to the learner mid-run: the arms stop, the server is stopped, and the
+    launcher exits 2 with one line naming the learner and its log."""
+    policy, out = tmp_path / "policy", tmp_path / "run"
+    tiny_reach_policy(policy)
+    proc = _deploy(out, policy, episodes=50, resume=False, actors=1)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "actor0.csv").exists():
+        time.sleep(0.3)
+    found = subprocess.run(["pgrep", "-g", str(proc.pid), "-f", "robotrl.cli learner"], capture_output=True, text=True)
+    os.kill(int(found.stdout.split()[0]), signal.SIGKILL)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, text
+    errors = [line for line in text.splitlines() if "error" in line]
+    assert len(errors) == 1 and "the learner was killed by signal 9 during the run" in errors[0], text
+    assert str(out / "learner.log") in errors[0]
+    assert len(read_csv(out / "actor0.csv")) < 50  # the arm did not run its episodes without a learner
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split() == []
 
 
 def test_sigterm_to_the_launcher_stops_learner_server_and_actors(tmp_path):

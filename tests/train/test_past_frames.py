@@ -1,7 +1,8 @@
 """A policy that reads past frames (`--past-frame-ticks`, `--past-frames`): trained on a
 scene whose motion only two frames show, it acts on the direction of motion, and with
 three frames on a turn two frames cannot see; the checkpoint and the server's hello carry
-G and P; a request without the past frames is refused with one line."""
+G and P; a request without the past frames is refused with one line; online learning
+(hil-flow, DSRL) trains it on the past frames the replay buffer gives."""
 
 from __future__ import annotations
 
@@ -142,14 +143,71 @@ def test_the_server_tells_the_arm_g_and_p_and_answers_from_the_three_frames(turn
     assert reply.actions[0, 0] - S0[0] == pytest.approx(0.3, abs=0.1)
 
 
-def test_online_learning_refuses_a_policy_with_past_frames(motion_policy):
-    """Transitions carry each tick's newest frames only: hil-flow says so instead of
-    training the camera encoders on frames they were not built for."""
+def _demo_buffer(base, path, past_ticks):
+    """An `OnlineBuffer` holding the motion dataset written along `path` as demonstrations,
+    sampling each camera's frames `past_ticks` rows back."""
+    from robotrl.buffer.online import OnlineBuffer
     from robotrl.buffer.spec import TransitionSpec
-    from robotrl.core.errors import ConfigError
-    from robotrl.learn.hil_flow import HilFlow, HilFlowConfig
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HOME", str(base / "hf"))
+        mp.setenv("HF_DATASETS_CACHE", str(base / "hf" / "datasets"))
+        write_motion_dataset(base / "ds", path=path)
+        spec = TransitionSpec(6, 6, {"front": (32, 32), "wrist": (32, 32)}, 0)
+        buf = OnlineBuffer(base / "buf", spec, capacity=100, fsync=False, past_ticks=past_ticks)
+        buf.add_demo_dataset(base / "ds")
+    return buf
+
+
+def _answers(policy) -> tuple[float, float]:
+    """Joint 0's first target (rad from S0) with the square at column 12 moving right, and left."""
+    right = policy.predict_chunk(_obs(12, motion_x(8 - G, 1.0))).actions_rad[0, 0] - S0[0]
+    left = policy.predict_chunk(_obs(12, motion_x(11 - G, -1.0))).actions_rad[0, 0] - S0[0]
+    return right, left
+
+
+def test_hil_flow_relearns_from_the_past_frames_the_buffer_gives(motion_policy, tmp_path):
+    """Demonstrations where each direction of motion asks for the other answer: hil-flow,
+    drawing each row's frame G rows back in its episode from the buffer, turns the policy's
+    answers around. The newest frames of both directions are the same, so a policy not
+    given the right past frames could only answer both alike."""
+    from robotrl.learn.registry import make_algorithm
 
     policy, _ = motion_policy
-    spec = TransitionSpec(6, 6, {"front": (32, 32), "wrist": (32, 32)}, 0)
-    with pytest.raises(ConfigError, match="past frames"):
-        HilFlow(spec, policy, HilFlowConfig())
+    right, left = _answers(policy)
+    assert right > 0.15 and left < -0.15 and right - left > 0.4, (right, left)
+    policy.save(tmp_path / "policy")
+    buf = _demo_buffer(tmp_path, lambda t, direction: motion_x(t, -direction), (G,))
+    algo = make_algorithm(
+        "hil-flow",
+        buf.spec,
+        policy_path=tmp_path / "policy",
+        preset="small",
+        overrides={"lr": 2e-3, "batch_size": 16, "ema_decay": 0.0},
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        algo.update(buf, 0, rng)
+    right, left = _answers(algo.served_policy())
+    assert right < -0.15 and left > 0.15 and left - right > 0.4, (right, left)
+
+
+def test_dsrl_steers_a_policy_reading_past_frames_and_serves_them(turn_policy, tmp_path):
+    """DSRL conditions its critic and actor on the flow's encoding of the sampled frames and
+    their past frames (start and next rows); the policy it serves asks the arm for G and P."""
+    from robotrl.learn.registry import make_algorithm
+
+    turn_policy.save(tmp_path / "policy")
+    buf = _demo_buffer(tmp_path, turn_x, (G, 2 * G))
+    algo = make_algorithm("dsrl", buf.spec, policy_path=tmp_path / "policy", preset="small")
+    rng = np.random.default_rng(0)
+    before = algo.policy_weights()
+    for _ in range(3):
+        metrics = algo.update(buf, 0, rng)
+        assert all(np.isfinite(v) for k, v in metrics.items() if k.startswith("loss")), metrics
+    served = algo.served_policy()
+    served.load_weights(algo.policy_weights())
+    assert algo.policy_weights() != before
+    meta = served.metadata
+    assert (meta.past_frame_ticks, meta.past_frames, meta.image_keys) == (G, 2, turn_policy.metadata.image_keys)
+    assert np.all(np.isfinite(served.predict_chunk(_obs(10, 8, 6)).actions_rad))
