@@ -249,12 +249,17 @@ class Learner:
 
     def _update(self) -> dict[str, float] | None:
         """One algorithm update; None (after waiting `poll_ms` for data) when the buffer has
-        nothing samplable, e.g. every online row is past the staleness cap."""
+        nothing samplable, e.g. every online row is past the staleness cap, or when the
+        algorithm rejected every row it drew (metric "skipped": the weights did not change,
+        so nothing is counted or published)."""
         start = time.monotonic()
         try:
             terms = self.algorithm.update(self._recorder, self.version, self.rng)
         except ValueError as exc:
-            self._idle_reason = f"no update possible: {exc}"
+            terms, self._idle_reason = None, f"no update possible: {exc}"
+        if terms is not None and terms.get("skipped"):
+            terms, self._idle_reason = None, f"{self.algorithm.name} rejected every row it drew: nothing to learn from"
+        if terms is None:
             self.receive(self.cfg.poll_ms)
             return None
         self.updates += 1

@@ -394,6 +394,50 @@ def test_cli_learner_every_option_has_help():
     assert len(options) >= 25 and all(a.help for a in options), [a.dest for a in options if not a.help]
 
 
+class RejectingAlgorithm(FakeAlgorithm):
+    """Draws a batch and, like hil-flow with no demo, success or intervention row in it,
+    learns nothing from it (metric "skipped")."""
+
+    def update(self, buffer, learner_version, rng):
+        buffer.sample_transitions(8, learner_version, rng)
+        self.calls += 1
+        return {"loss": 0.0, "ess": 0.0, "staleness_mean": 0.0, "grad_norm": 0.0, "skipped": 1.0}
+
+
+def test_updates_that_learn_nothing_are_not_counted_or_published(tmp_path):
+    """Failed, unassisted episodes only: every draw is rejected, and the learner waits
+    `poll_ms` for transitions between draws instead of publishing its unchanged weights
+    as new versions (it published 240 a second before)."""
+    from robotrl.buffer.online import OnlineBuffer
+    from robotrl.learn.learner import Learner, LearnerConfig
+
+    class Publications:
+        def __init__(self) -> None:
+            self.versions: list[int] = []
+
+        def publish(self, version, data):
+            self.versions.append(version)
+
+    buffer = OnlineBuffer(tmp_path / "buf", _spec(), 1000, fsync=False)
+    for episode in range(4):
+        for batch in _episode_batches("arm0", episode, interventions=0, success=False):
+            buffer.add(batch)
+    cfg = LearnerConfig(
+        out=tmp_path / "run",
+        transitions_endpoint="tcp://127.0.0.1:*",
+        min_transitions=4 * ROWS,
+        publish_every=1,
+        max_wall_s=1.0,
+        poll_ms=50,
+    )
+    algo, publisher = RejectingAlgorithm(), Publications()
+    with Learner(algo, buffer, publisher, cfg) as learner:
+        learner.run()
+        assert (learner.updates, learner.version, publisher.versions) == (0, 0, [0])
+    assert 5 <= algo.calls <= 1.0 / 0.05 + 5  # it kept drawing, one draw per poll
+    buffer.close()
+
+
 def test_transition_streamer_feeds_the_learner(tmp_path):
     """The robot-side streamer (inference/transitions.py) -> the learner's inbox -> committed episodes."""
     from robotrl.buffer.online import OnlineBuffer
