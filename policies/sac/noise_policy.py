@@ -9,6 +9,7 @@ sample).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -49,20 +50,10 @@ class DsrlChunkPolicy(ActorPolicy):
 
     @property
     def metadata(self) -> PolicyMetadata:
-        m = self.flow.metadata
-        return PolicyMetadata(
-            POLICY_TYPE,
-            m.horizon,
-            m.action_dim,
-            m.control_rate_hz,
-            m.state_dim,
-            m.cameras,
-            m.image_size_px,
-            m.normalization_id,
-            m.env_state_dim,
-            past_frame_ticks=m.past_frame_ticks,
-            past_frames=m.past_frames,
-        )
+        """The flow's (what it reads, its start pose, instructions and rows per request),
+        refusing an RTC prefix (the noise is the actor's, not a guided sample); no latent
+        cache (each request encodes its own frames)."""
+        return replace(self.flow.metadata, policy_type=POLICY_TYPE, follows_rtc_prefix=False, max_latent_age_ticks=None)
 
     @torch.no_grad()
     def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:

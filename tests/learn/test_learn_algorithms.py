@@ -386,6 +386,9 @@ def test_dsrl_shapes_noise_range_and_critic_learning():
         seed=0,
     )
     policy = algo.served_policy()
+    meta, flow = policy.metadata, algo.flow.metadata
+    assert (meta.policy_type, meta.follows_rtc_prefix, meta.execute_steps) == ("dsrl", False, 2)  # rtc modes refuse it
+    assert (meta.cameras, meta.env_state_dim, meta.start_state_rad) == (flow.cameras, 3, flow.start_state_rad)
     obs = PolicyObservation(
         HOME, 7, "pick cube", {"front": np.zeros((24, 24, 3), np.uint8)}, env_state=np.ones(3), delay_ticks=1
     )
