@@ -8,6 +8,7 @@ from torch import nn
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.expert import ActionExpert
+from robotrl.policies.fastslow.normalize import Normalizer
 from robotrl.policies.fastslow.slow import SlowEncoder
 
 
@@ -52,3 +53,12 @@ class FastSlowModel(nn.Module):
     @property
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def estimated_env_state(model: FastSlowModel, normalizer: Normalizer, latent: torch.Tensor) -> torch.Tensor:
+    """(B, E) env_state units (float32, on the latents' device, no gradient): `model`'s
+    estimate from (B, T, W) latents, what the fast pathway of a policy with
+    `estimate_env_state` conditions on when deployed and when fine-tuned without the
+    simulator's env_state (a real arm)."""
+    with torch.no_grad():
+        return normalizer.env_from(model.estimate_env(latent).float())

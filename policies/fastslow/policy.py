@@ -41,7 +41,7 @@ from robotrl.policies.device import load_staged, module_device, stage_tensors, t
 from robotrl.policies.fastslow import flow
 from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.fastslow.features import EndEffectorFeatures
-from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.model import FastSlowModel, estimated_env_state
 from robotrl.policies.fastslow.normalize import Normalizer
 from robotrl.policies.fastslow.slow import resize_images
 from robotrl.policies.fastslow.vocab import Vocabulary
@@ -270,7 +270,7 @@ class FastSlowPolicy:
     @torch.no_grad()
     def _estimate(self, latents: torch.Tensor) -> torch.Tensor:
         """(B, E) env_state units on the CPU: the estimate from (B, T, W) latents."""
-        return self.normalizer.env_from(self.model.estimate_env(latents).float().cpu())
+        return estimated_env_state(self.model, self.normalizer, latents).cpu()
 
     # --- input checks ------------------------------------------------------------------
     def _state(self, obs: PolicyObservation) -> torch.Tensor:

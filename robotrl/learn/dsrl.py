@@ -28,6 +28,7 @@ from robotrl.learn.hil_flow import check_policy_spec, flow_inputs
 from robotrl.learn.sac_core import SacCore, SacCoreConfig
 from robotrl.policies.device import CPU, to_device
 from robotrl.policies.fastslow import flow as flow_math
+from robotrl.policies.fastslow.model import estimated_env_state
 from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.sac.config import SacNetConfig
 from robotrl.policies.sac.noise_policy import DsrlChunkPolicy
@@ -89,7 +90,7 @@ class Dsrl(SacCore):
         net = SacNetConfig(
             c.state_dim,
             c.horizon * c.action_dim,
-            c.env_state_dim if c.use_env_state else 0,
+            c.env_state_dim if c.reads_env_state else 0,
             {},
             config.latent_dim,
             config.hidden_dims,
@@ -100,12 +101,14 @@ class Dsrl(SacCore):
     def _condition(self, state, env_state, images, instruction) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Frozen flow conditioning (B, ...) at age 0, and the actor/critic observation dict,
         on the device."""
-        inputs = to_device(flow_inputs(self.flow, state, env_state, images, instruction), self.device)
+        flow = self.flow
+        inputs = to_device(flow_inputs(flow, state, env_state, images, instruction), self.device)
         with torch.no_grad():
-            latent = self.flow.model.encode_slow(inputs["images"], inputs["tokens"])
-            fresh = self.flow.normalizer.fresh(
-                inputs["state"], inputs["env_state"], inputs["ee"], self.flow.config.relative_object_dim
-            )
+            latent = flow.model.encode_slow(inputs["images"], inputs["tokens"])
+            env = inputs["env_state"]
+            if flow.config.estimate_env_state:  # the flow's own estimate, as deployed
+                env = estimated_env_state(flow.model, flow.normalizer, latent)
+            fresh = flow.normalizer.fresh(inputs["state"], env, inputs["ee"], flow.config.relative_object_dim)
             age = torch.zeros(len(state), dtype=torch.long, device=self.device)
             cond = self.flow.model.expert.condition(latent, age, fresh)
         obs = {"state": inputs["state"]}

@@ -134,7 +134,7 @@ def flow_inputs(
         ],
         "tokens": torch.from_numpy(policy.vocab.encode_many(list(instruction), c.max_words)),
         "state": state_t,
-        "env_state": torch.from_numpy(np.asarray(env_state, np.float32)) if c.use_env_state else None,
+        "env_state": torch.from_numpy(np.asarray(env_state, np.float32)) if c.reads_env_state else None,
         "ee": (
             torch.from_numpy(EndEffectorFeatures(c.ee_features_arm)(state_t.numpy())) if c.ee_features_arm else None
         ),
@@ -229,10 +229,10 @@ class HilFlow:
         c = policy.config
         check_policy_spec(spec, c)
         missing = sorted(set(c.cameras) - set(spec.cameras))
-        if missing or (c.use_env_state and spec.env_state_dim != c.env_state_dim):
+        if missing or (c.reads_env_state and spec.env_state_dim != c.env_state_dim):
             raise ConfigError(
                 f"the buffer spec lacks what the policy reads: cameras {missing}, env_state "
-                f"{c.env_state_dim if c.use_env_state else 0} (spec has {spec.env_state_dim})"
+                f"{c.env_state_dim if c.reads_env_state else 0} (spec has {spec.env_state_dim})"
             )
         self.config = config
         self.device = device

@@ -83,14 +83,13 @@ def resolve_spec(job: LearnerJob) -> TransitionSpec:
     if job.policy is None:
         raise UserError("give the transition spec (--spec, or the --state-dim ... flags) or a --policy")
     from robotrl.policies.checkpoint import read_config
+    from robotrl.policies.fastslow.config import FastSlowConfig
 
-    c = read_config(job.policy).get("config", {})
-    size = int(c.get("image_size_px", 0))
+    c = FastSlowConfig.from_dict(read_config(job.policy).get("config", {}))
+    size = c.image_size_px
+    # what the arm streams: privileged env_state only for a policy that reads it (not one that estimates it)
     return TransitionSpec(
-        int(c["state_dim"]),
-        int(c["action_dim"]),
-        {cam: (size, size) for cam in c.get("cameras", ())},
-        int(c.get("env_state_dim", 0)) if c.get("use_env_state") else 0,
+        c.state_dim, c.action_dim, {cam: (size, size) for cam in c.cameras}, c.env_state_dim if c.reads_env_state else 0
     )
 
 

@@ -8,7 +8,7 @@ import torch
 
 from robotrl.policies.device import to_device
 from robotrl.policies.fastslow import flow
-from robotrl.policies.fastslow.model import FastSlowModel
+from robotrl.policies.fastslow.model import FastSlowModel, estimated_env_state
 from robotrl.policies.fastslow.normalize import Normalizer
 
 
@@ -68,7 +68,9 @@ def flow_matching_loss(
     row_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean squared velocity error over real (and, with RTC, postfix) rows, plus, with
-    `estimate_env_state`, `ENV_LOSS_WEIGHT` x the estimate's squared error.
+    `estimate_env_state`, `ENV_LOSS_WEIGHT` x the estimate's squared error; a batch
+    without env_state (online on a real arm) conditions the fast pathway on the estimate,
+    as deployed, and leaves the estimate untrained.
 
     The slow latent and the conditioning are computed once per example and shared by
     `flow_samples` draws of (noise, tau). `row_weights` (B, H) >= 0 makes it the weighted
@@ -77,13 +79,12 @@ def flow_matching_loss(
     moved, so a seed gives the same draws on every device."""
     latent = model.encode_slow(batch.images, batch.tokens)
     env, env_loss = batch.env_state, None
-    if model.config.estimate_env_state:  # the fast pathway sees the true state, blurred
-        if batch.env_state is None:
-            raise ValueError("estimate_env_state trains on the privileged env_state; the batch has none")
-        residual = model.estimate_env(latent) - normalizer.env(batch.env_state)
+    if model.config.estimate_env_state and batch.env_state is None:  # a real arm: the estimate, as deployed
+        env = estimated_env_state(model, normalizer, latent)
+    elif model.config.estimate_env_state and env is not None:  # the fast pathway sees the true state, blurred
+        residual = model.estimate_env(latent) - normalizer.env(env)
         env_loss = (residual**2).mean()
-        noise = torch.randn(batch.env_state.shape, dtype=batch.env_state.dtype) * ESTIMATE_NOISE
-        env = batch.env_state + noise.to(batch.env_state.device)
+        env = env + (torch.randn(env.shape, dtype=env.dtype) * ESTIMATE_NOISE).to(env.device)
     fresh = normalizer.fresh(batch.state, env, batch.ee, model.config.relative_object_dim)
     cond = model.expert.condition(latent, batch.age, fresh)
     x1 = normalizer.encode_chunk(batch.chunk, batch.state)

@@ -15,7 +15,7 @@ from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ChunkPolicy, PolicyObservation
 from robotrl.learn.algorithm import Algorithm, ess_fraction
 from robotrl.learn.dsrl import Dsrl, DsrlConfig, chunk_returns
-from robotrl.learn.hil_flow import HilFlow, HilFlowConfig, accepted_rows, row_weights
+from robotrl.learn.hil_flow import HilFlow, HilFlowConfig, accepted_rows, flow_batch, row_weights
 from robotrl.learn.registry import make_algorithm
 from robotrl.learn.sac import SAC_PRESETS, Sac
 from robotrl.policies.fastslow import FastSlowConfig, FastSlowPolicy
@@ -23,6 +23,7 @@ from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.normalize import Normalizer
 from robotrl.policies.fastslow.vocab import Vocabulary
 from robotrl.policies.sac.policy import SacChunkPolicy, delta_to_unit, unit_to_chunk
+from robotrl.train.loss import flow_matching_loss
 from robotrl.wire.messages import TransitionBatch
 
 torch.set_num_threads(1)
@@ -253,7 +254,7 @@ H, A = 4, 6
 HOME = np.zeros(6)
 
 
-def tiny_flow(seed: int = 0) -> FastSlowPolicy:
+def tiny_flow(seed: int = 0, **config) -> FastSlowPolicy:
     cfg = FastSlowConfig(
         width=16,
         cnn_channels=(8, 8),
@@ -266,6 +267,7 @@ def tiny_flow(seed: int = 0) -> FastSlowPolicy:
         cameras=("front",),
         use_env_state=True,
         env_state_dim=3,
+        **config,
     )
     torch.manual_seed(seed)
     model = FastSlowModel(cfg, vocab_size=4)
@@ -278,9 +280,10 @@ def tiny_flow(seed: int = 0) -> FastSlowPolicy:
 class ChunkBuffer:
     """A fixed pool of 24 chunks: 1/3 demos, 1/3 successful online, 1/3 failed online."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, env_state: bool = True) -> None:
         rng = np.random.default_rng(seed)
         n = 24
+        self.has_env = env_state
         self.state = rng.normal(0, 0.2, (n, 6)).astype(np.float32)
         pattern = 0.05 * np.sin(np.arange(H * A)).reshape(H, A)  # one learnable delta chunk (+-1 std)
         self.actions = (self.state[:, None] + pattern + rng.normal(0, 0.005, (n, H, A))).astype(np.float32)
@@ -298,7 +301,7 @@ class ChunkBuffer:
         images = {"front": self.images[i]}
         return ChunkSample(
             state=self.state[i],
-            env_state=self.env[i],
+            env_state=self.env[i] if self.has_env else None,
             images=images,
             instruction=["pick cube"] * b,
             actions=self.actions[i],
@@ -312,7 +315,7 @@ class ChunkBuffer:
             is_demo=self.is_demo[i],
             reward=self.reward[i],
             next_state=self.state[i],
-            next_env_state=self.env[i],
+            next_env_state=self.env[i] if self.has_env else None,
             next_images=images,
             done=self.success[i],
         )
@@ -375,6 +378,42 @@ def test_hil_flow_frozen_encoder_trains_the_fast_pathway_only():
     assert sum(not torch.equal(v, expert[k]) for k, v in algo.model.expert.state_dict().items()) > 0
     optimized = sum(p.numel() for g in algo.optimizer.param_groups for p in g["params"])
     assert optimized == algo.model.num_parameters - sum(p.numel() for p in algo.model.slow.parameters())
+
+
+def test_hil_flow_fine_tunes_a_policy_estimating_the_scene_without_the_simulators_state():
+    """A real arm streams no env_state: a policy that estimates it (`estimate_env_state`)
+    learns on its own estimate, which its fast pathway reads as when deployed (another
+    estimate, another loss), and the estimate head, with no target, stays as it was."""
+    spec = TransitionSpec(6, 6, {"front": (24, 24)}, 0)
+    algo = HilFlow(spec, tiny_flow(estimate_env_state=True), HilFlowConfig(batch_size=16, lr=3e-3, flow_samples=2))
+    head = {k: v.clone() for k, v in algo.model.env_head.state_dict().items()}
+    buffer, rng = ChunkBuffer(env_state=False), np.random.default_rng(0)
+    first = algo.update(buffer, 0, rng)["loss_flow"]
+    losses = [algo.update(buffer, 0, rng)["loss_flow"] for _ in range(60)]
+    assert np.mean(losses[-5:]) < 0.7 * first, (first, losses[-5:])
+    assert all(torch.equal(v, head[k]) for k, v in algo.model.env_head.state_dict().items())
+    sample = buffer.sample_chunks(16, H, 0, np.random.default_rng(1))
+    batch = flow_batch(algo.policy, sample, np.arange(16))
+    assert batch.env_state is None
+
+    def loss() -> float:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            return float(flow_matching_loss(algo.model, algo.policy.normalizer, batch, 2))
+
+    before = loss()
+    with torch.no_grad():
+        algo.model.env_head[-1].bias += 5.0  # another estimate of the scene (the same draws: equal if unread)
+    assert abs(loss() - before) > 1e-5
+
+
+def test_dsrl_steers_a_policy_estimating_the_scene_without_the_simulators_state():
+    spec = TransitionSpec(6, 6, {"front": (24, 24)}, 0)
+    algo = Dsrl(spec, tiny_flow(estimate_env_state=True), DsrlConfig(batch_size=16, hidden_dims=(64, 64)), seed=0)
+    metrics = algo.update(ChunkBuffer(env_state=False), 0, np.random.default_rng(0))
+    assert np.isfinite(metrics["loss_critic"]) and algo.net.env_state_dim == 0
+    obs = PolicyObservation(HOME, 7, "pick cube", {"front": np.zeros((24, 24, 3), np.uint8)}, delay_ticks=1)
+    assert np.all(np.isfinite(algo.served_policy().predict_chunk(obs).actions_rad))  # no env_state asked
 
 
 def test_dsrl_shapes_noise_range_and_critic_learning():

@@ -143,17 +143,20 @@ def test_two_actors_server_learner_killed_and_resumed(tmp_path):
         assert f"device for the {role}: cpu (asked for)" in (out / f"{child}.log").read_text()
 
 
-def test_online_learning_trains_a_policy_that_reads_past_frames(tmp_path):
-    """A policy reading each camera's frames 2 and 4 ticks back: the actor sends them, the
-    learner trains on the same frames drawn from its buffer, and the server's new weights
-    reach the arm."""
+def test_online_learning_trains_a_pixel_policy_that_reads_past_frames_and_estimates_the_scene(tmp_path):
+    """A policy reading each camera's frames 2 and 4 ticks back and estimating the scene
+    from them (`estimate_env_state`): the arm sends the frames and no simulator state, as a
+    real arm does, the learner takes every batch and trains on the same frames drawn from
+    its buffer, and the server's new weights reach the arm."""
     policy, out = tmp_path / "policy", tmp_path / "run"
-    tiny_reach_policy(policy, past_frame_ticks=2, past_frames=2)
+    tiny_reach_policy(policy, past_frame_ticks=2, past_frames=2, estimate_env_state=True)
     proc = _deploy(out, policy, episodes=4, resume=False, actors=1)
     text, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, text
+    assert json.loads((out / "learner" / "spec.json").read_text())["env_state_dim"] == 0
     updates = read_csv(out / "learner" / "updates.csv")
     assert int(updates[-1]["updates"]) >= 20 and float(updates[-1]["accepted_frac"]) > 0
+    assert int(updates[-1]["rejected"]) == 0 and int(updates[-1]["episodes"]) == 4
     assert max(int(r["version_max"]) for r in read_csv(out / "actors.csv")) > 0  # the arm ran trained weights
 
 
