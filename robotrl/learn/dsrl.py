@@ -110,7 +110,7 @@ class Dsrl(SacCore):
                 env = estimated_env_state(flow.model, flow.normalizer, latent)
             fresh = flow.normalizer.fresh(inputs["state"], env, inputs["ee"], flow.config.relative_object_dim)
             age = torch.zeros(len(state), dtype=torch.long, device=self.device)
-            cond = self.flow.model.expert.condition(latent, age, fresh)
+            cond = flow.model.expert.condition(latent, age, fresh)
         obs = {"state": inputs["state"]}
         if self.net.env_state_dim and inputs["env_state"] is not None:  # set whenever the net reads it
             obs["env_state"] = inputs["env_state"]
