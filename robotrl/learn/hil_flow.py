@@ -7,7 +7,9 @@ successful episodes except those the human then corrected. A human row weighs `w
 demo row 1, and the policy's own online row the exp of its episode's return normalised
 over the online episodes in the batch, clipped (`row_weights`). The loss is the policy's
 own flow-matching loss as a weighted mean over rows. The served policy is a moving average
-of the trained weights (`HilFlowConfig.ema_decay`).
+of the trained weights (`HilFlowConfig.ema_decay`). With `k_max` > 0 the chunks are
+offset from their images as in training (`offset_chunks`), so a policy deployed with a
+delay keeps learning at the delays it runs at.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from robotrl.policies.fastslow.model import FastSlowModel
 from robotrl.policies.fastslow.policy import FastSlowPolicy
 from robotrl.policies.fastslow.slow import resize_images
 from robotrl.train.loss import Batch, flow_matching_loss
+from robotrl.train.sampling import forward_noise, forwarded_state, tick_motion_std
 
 
 def row_weights(
@@ -148,21 +151,54 @@ def _rows(images: np.ndarray | torch.Tensor, idx: np.ndarray) -> np.ndarray | to
     return images[idx]
 
 
-def flow_batch(policy: FastSlowPolicy, sample: ChunkSample, idx: np.ndarray) -> Batch:
-    """The flow-matching `Batch` of examples `idx` of `sample` (latent age 0: the images,
-    state and chunk are all from row t)."""
+@dataclass
+class OffsetChunks:
+    """Chunks of H rows starting k rows after the row t their images come from."""
+
+    state: np.ndarray
+    """(B, S) the state the fast pathway conditions on (`forwarded_state`), rad."""
+    actions: np.ndarray
+    """(B, H, A) executed rows t + k .. t + k + H - 1."""
+    mask: np.ndarray
+    """(B, H) real rows."""
+    intervention: np.ndarray
+    """(B, H) rows a human executed."""
+    age: np.ndarray
+    """(B,) k: ticks between the images and the chunk's first row, the latent age."""
+
+
+def offset_chunks(sample: ChunkSample, k: np.ndarray, horizon: int) -> OffsetChunks:
+    """The chunks of `horizon` rows starting k (B,) rows after each sample's row t, k
+    clipped to the episode's last row, as offline training offsets them: conditioned on the
+    measured state at t when k = 0, else on the action executed at row t + k - 1 (what the
+    executor forwards for a delay of k). `sample` holds at least horizon + max k rows."""
+    k = np.minimum(np.asarray(k), sample.mask.sum(1) - 1)
+    rows = k[:, None] + np.arange(horizon)
+    previous = sample.actions[np.arange(len(k)), np.maximum(k - 1, 0)]
+    return OffsetChunks(
+        state=forwarded_state(sample.state, previous, k),
+        actions=np.take_along_axis(sample.actions, rows[..., None], 1),
+        mask=np.take_along_axis(sample.mask, rows, 1),
+        intervention=np.take_along_axis(sample.intervention, rows, 1),
+        age=k,
+    )
+
+
+def flow_batch(policy: FastSlowPolicy, sample: ChunkSample, chunks: OffsetChunks, idx: np.ndarray) -> Batch:
+    """The flow-matching `Batch` of examples `idx`: `sample`'s images (and env_state) of
+    row t and instruction, `chunks`' conditioning state, rows and latent age."""
     inputs = flow_inputs(
         policy,
-        sample.state[idx],
+        chunks.state[idx],
         None if sample.env_state is None else sample.env_state[idx],
         {key: _rows(sample.images[key], idx) for key in policy.metadata.image_keys},
         [sample.instruction[i] for i in idx],
     )
     return Batch(
         **inputs,
-        chunk=torch.from_numpy(np.asarray(sample.actions[idx], np.float32)),
-        mask=torch.from_numpy(np.asarray(sample.mask[idx], bool)),
-        age=torch.zeros(len(idx), dtype=torch.long),
+        chunk=torch.from_numpy(np.asarray(chunks.actions[idx], np.float32)),
+        mask=torch.from_numpy(np.asarray(chunks.mask[idx], bool)),
+        age=torch.from_numpy(np.asarray(chunks.age[idx], np.int64)),
     )
 
 
@@ -190,6 +226,14 @@ class HilFlowConfig:
     decay * ema + (1 - decay) * weights after every update (0: serve the raw weights).
     Raw weights under a constant learning rate jitter from update to update, and the arm
     would execute consecutive chunks from differently jittered policies."""
+    k_max: int = 0
+    """Offset augmentation, as `robotrl train --k-max` does it: each chunk starts k ~
+    U{0..k_max} rows after the row its images come from, conditioned on the state the
+    executor forwards for a delay of k, at latent age k (0: every chunk from its images'
+    row, age 0). Set it to the delays the arm runs at."""
+    forward_noise: float = 0.0
+    """Std of the Gaussian noise on forwarded states, in k x the batch's per-tick motion
+    std per joint (`robotrl train --forward-noise`; needs `k_max` > 0)."""
     freeze_encoder: bool = False
     """Train the fast pathway only: the slow pathway (camera CNNs, text encoder) stays as
     behaviour cloning left it, as HIL-SERL keeps its image encoder frozen. An image
@@ -203,6 +247,8 @@ class HilFlowConfig:
             raise ConfigError(f"HilFlowConfig: ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.w_int < 0 or self.max_weight <= 0 or self.return_beta < 0:
             raise ConfigError("HilFlowConfig: w_int and return_beta must be >= 0, max_weight > 0")
+        if self.k_max < 0 or self.forward_noise < 0 or (self.forward_noise and not self.k_max):
+            raise ConfigError("HilFlowConfig: k_max and forward_noise must be >= 0, forward_noise only with k_max > 0")
 
 
 HIL_FLOW_PRESETS: dict[str, HilFlowConfig] = {
@@ -234,6 +280,12 @@ class HilFlow:
                 f"the buffer spec lacks what the policy reads: cameras {missing}, env_state "
                 f"{c.env_state_dim if c.reads_env_state else 0} (spec has {spec.env_state_dim})"
             )
+        if config.k_max > c.max_age_ticks or (config.k_max and c.state_dim != c.action_dim):
+            raise ConfigError(
+                f"hil-flow k_max {config.k_max}: the policy knows latent ages up to {c.max_age_ticks} and "
+                f"conditions on forwarded actions only when state and action share a space "
+                f"({c.state_dim} / {c.action_dim})"
+            )
         self.config = config
         self.device = device
         """Where the flow trains; batches are moved here, random draws stay on the CPU."""
@@ -251,20 +303,22 @@ class HilFlow:
 
     def update(self, buffer: Sampler, learner_version: int, rng: np.random.Generator) -> dict[str, float]:
         cfg = self.config
-        sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, self.policy.config.horizon, learner_version, rng)
-        rows = accepted_rows(sample.is_demo, sample.episode_success, sample.intervention, sample.mask)
+        horizon = self.policy.config.horizon
+        sample: ChunkSample = buffer.sample_chunks(cfg.batch_size, horizon + cfg.k_max, learner_version, rng)
+        chunks = self._offset(sample, rng)
+        rows = accepted_rows(sample.is_demo, sample.episode_success, chunks.intervention, chunks.mask)
         accepted = np.asarray(rows.any(1))
         weights = row_weights(
             sample.episode_return,
             accepted,
-            sample.intervention,
+            chunks.intervention,
             rows,
             sample.is_demo,
             beta=cfg.return_beta,
             max_weight=cfg.max_weight,
             w_int=cfg.w_int,
         )
-        data = batch_metrics(sample.staleness, sample.intervention[:, 0], sample.is_demo)
+        data = batch_metrics(sample.staleness, chunks.intervention[:, 0], sample.is_demo)
         idx = np.flatnonzero(accepted)
         if idx.size == 0:
             return {"loss_flow": 0.0, "accepted_frac": 0.0, "ess": 0.0, "grad_norm": 0.0, "skipped": 1.0, **data}
@@ -274,7 +328,7 @@ class HilFlow:
             loss = flow_matching_loss(
                 self.model,
                 self.policy.normalizer,
-                flow_batch(self.policy, sample, idx).to(self.device),
+                flow_batch(self.policy, sample, chunks, idx).to(self.device),
                 cfg.flow_samples,
                 row_weights=torch.from_numpy(weights[idx]).to(self.device),
             )
@@ -295,6 +349,18 @@ class HilFlow:
             "skipped": 0.0,
             **data,
         }
+
+    def _offset(self, sample: ChunkSample, rng: np.random.Generator) -> OffsetChunks:
+        """`sample`'s chunks at offsets k ~ U{0..k_max} (all 0, no draw, when k_max = 0),
+        their forwarded states noised by `forward_noise`."""
+        cfg, b = self.config, len(sample.state)
+        k = rng.integers(0, cfg.k_max + 1, b) if cfg.k_max else np.zeros(b, np.int64)
+        chunks = offset_chunks(sample, k, self.policy.config.horizon)
+        if cfg.forward_noise:
+            real = np.asarray(sample.mask, bool)
+            sigma = tick_motion_std(sample.actions[real], np.nonzero(real)[0])  # per example's real rows
+            chunks.state = chunks.state + forward_noise(rng, chunks.age, cfg.forward_noise * sigma)
+        return chunks
 
     def policy_weights(self) -> bytes:
         return self.ema.weights_bytes()

@@ -28,21 +28,27 @@ def offset_state_index(t, k, episode_end):
     return np.minimum(np.asarray(t) + np.asarray(k), np.asarray(episode_end) - 1)
 
 
+def forwarded_state(measured: np.ndarray, previous_action: np.ndarray, k) -> np.ndarray:
+    """(B, S) the state the fast pathway conditions on for chunks starting k (B,) rows
+    after their observation: the `measured` (B, S) state when k = 0, else the
+    `previous_action` (B, S), the target commanded for the row before the chunk (rad)."""
+    return np.where((np.asarray(k) > 0)[:, None], previous_action, measured)
+
+
 def conditioning_state_rows(states: np.ndarray, actions: np.ndarray, obs, start) -> np.ndarray:
     """(B, S) conditioning states of examples observed at frames `obs` whose chunks start
-    at frames `start` >= `obs` (same episode): `states[obs]` where start == obs, else
+    at frames `start` >= `obs` (same episode), `forwarded_state` of `states[obs]` and
     `actions[start - 1]`. `states` (N, S) and `actions` (N, S) share a space (joint
     positions, rad)."""
     obs, start = np.asarray(obs), np.asarray(start)
-    forwarded = start > obs
-    if not forwarded.any():
+    if not (start > obs).any():
         return states[obs]
     if states.shape[1:] != actions.shape[1:]:
         raise ValueError(
             f"offset augmentation conditions on recorded actions as states: state {states.shape[1:]} and "
             f"action {actions.shape[1:]} must share a space (train with k_max = 0 otherwise)"
         )
-    return np.where(forwarded[:, None], actions[np.maximum(start - 1, 0)], states[obs])
+    return forwarded_state(states[obs], actions[np.maximum(start - 1, 0)], start - obs)
 
 
 def tick_motion_std(actions: np.ndarray, episode_start: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from robotrl.core.errors import ConfigError
 from robotrl.core.policy import ChunkPolicy, PolicyObservation
 from robotrl.learn.algorithm import Algorithm, ess_fraction
 from robotrl.learn.dsrl import Dsrl, DsrlConfig, chunk_returns
-from robotrl.learn.hil_flow import HilFlow, HilFlowConfig, accepted_rows, flow_batch, row_weights
+from robotrl.learn.hil_flow import HilFlow, HilFlowConfig, accepted_rows, flow_batch, offset_chunks, row_weights
 from robotrl.learn.registry import make_algorithm
 from robotrl.learn.sac import SAC_PRESETS, Sac
 from robotrl.policies.fastslow import FastSlowConfig, FastSlowPolicy
@@ -393,7 +393,7 @@ def test_hil_flow_fine_tunes_a_policy_estimating_the_scene_without_the_simulator
     assert np.mean(losses[-5:]) < 0.7 * first, (first, losses[-5:])
     assert all(torch.equal(v, head[k]) for k, v in algo.model.env_head.state_dict().items())
     sample = buffer.sample_chunks(16, H, 0, np.random.default_rng(1))
-    batch = flow_batch(algo.policy, sample, np.arange(16))
+    batch = flow_batch(algo.policy, sample, offset_chunks(sample, np.zeros(16, np.int64), H), np.arange(16))
     assert batch.env_state is None
 
     def loss() -> float:
@@ -536,3 +536,48 @@ def test_update_against_a_real_online_buffer(tmp_path, name, preset):
         np.zeros(6), 0, "pick cube", {"front": np.zeros((16, 16, 3), np.uint8)}, env_state=np.zeros(3)
     )
     assert np.all(np.isfinite(served.predict_chunk(obs).actions_rad))
+
+
+# --- offset augmentation online -------------------------------------------------------------
+
+
+def test_offset_chunks_golden():
+    """Chunks k rows after their images' row t, as offline training offsets them: the
+    measured state when k = 0, else the action executed at row t + k - 1; k clipped to the
+    episode's last row."""
+    length = H + 4
+    sample = ChunkBuffer().sample_chunks(3, length, 0, np.random.default_rng(0))
+    sample.actions = np.arange(3 * length * A, dtype=np.float32).reshape(3, length, A)
+    sample.mask = np.ones((3, length), bool)
+    sample.mask[2, 5:] = False  # example 2's episode ends 5 rows after its row t
+    sample.intervention = np.zeros((3, length), bool)
+    sample.intervention[1, 4] = True
+    out = offset_chunks(sample, np.array([0, 3, 7]), H)
+    assert out.age.tolist() == [0, 3, 4]
+    np.testing.assert_array_equal(out.state, np.stack([sample.state[0], sample.actions[1, 2], sample.actions[2, 3]]))
+    np.testing.assert_array_equal(out.actions[1], sample.actions[1, 3 : 3 + H])
+    np.testing.assert_array_equal(out.actions[0], sample.actions[0, :H])
+    assert out.mask[2].tolist() == [True] + [False] * (H - 1) and out.mask[:2].all()
+    assert out.intervention[1].tolist() == [False, True] + [False] * (H - 2)
+
+
+def test_hil_flow_with_offsets_learns_at_the_delays_the_arm_runs_at(tmp_path):
+    """k_max = 0 trains latent age 0 only: the age embeddings of older latents, which a
+    delayed arm's requests carry, stay as they were. With k_max = 3 (and forwarded states
+    noised) ages 1..3 train too, and older ones stay."""
+    buf = real_buffer(tmp_path / "buffer")
+    trained = {}
+    for k_max in (0, 3):
+        config = HilFlowConfig(batch_size=16, lr=3e-3, flow_samples=2, k_max=k_max, forward_noise=1.0 if k_max else 0)
+        algo = HilFlow(buf.spec, tiny_flow(), config, seed=0)
+        before = algo.model.expert.age_embed.weight.detach().clone()
+        rng = np.random.default_rng(0)
+        for _ in range(5):
+            assert np.isfinite(algo.update(buf, 0, rng)["loss_flow"])
+        moved = (algo.model.expert.age_embed.weight != before).any(1)
+        trained[k_max] = np.flatnonzero(moved.numpy()).tolist()
+    assert trained == {0: [0], 3: [0, 1, 2, 3]}
+    with pytest.raises(ConfigError, match="latent ages up to 32"):
+        HilFlow(buf.spec, tiny_flow(), HilFlowConfig(k_max=33))
+    with pytest.raises(ConfigError, match="forward_noise only with k_max"):
+        HilFlowConfig(forward_noise=1.0)
