@@ -383,15 +383,18 @@ def test_hil_flow_frozen_encoder_trains_the_fast_pathway_only():
 def test_hil_flow_fine_tunes_a_policy_estimating_the_scene_without_the_simulators_state():
     """A real arm streams no env_state: a policy that estimates it (`estimate_env_state`)
     learns on its own estimate, which its fast pathway reads as when deployed (another
-    estimate, another loss), and the estimate head, with no target, stays as it was."""
+    estimate, another loss), and the estimate, with no target, stays as it was: its head
+    and the slow pathway it reads."""
     spec = TransitionSpec(6, 6, {"front": (24, 24)}, 0)
     algo = HilFlow(spec, tiny_flow(estimate_env_state=True), HilFlowConfig(batch_size=16, lr=3e-3, flow_samples=2))
     head = {k: v.clone() for k, v in algo.model.env_head.state_dict().items()}
+    slow = {k: v.clone() for k, v in algo.model.slow.state_dict().items()}
     buffer, rng = ChunkBuffer(env_state=False), np.random.default_rng(0)
     first = algo.update(buffer, 0, rng)["loss_flow"]
     losses = [algo.update(buffer, 0, rng)["loss_flow"] for _ in range(60)]
     assert np.mean(losses[-5:]) < 0.7 * first, (first, losses[-5:])
     assert all(torch.equal(v, head[k]) for k, v in algo.model.env_head.state_dict().items())
+    assert all(torch.equal(v, slow[k]) for k, v in algo.model.slow.state_dict().items())
     sample = buffer.sample_chunks(16, H, 0, np.random.default_rng(1))
     batch = flow_batch(algo.policy, sample, offset_chunks(sample, np.zeros(16, np.int64), H), np.arange(16))
     assert batch.env_state is None
