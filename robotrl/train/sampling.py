@@ -31,8 +31,10 @@ def offset_state_index(t, k, episode_end):
 def forwarded_state(measured: np.ndarray, previous_action: np.ndarray, k) -> np.ndarray:
     """(B, S) the state the fast pathway conditions on for chunks starting k (B,) rows
     after their observation: the `measured` (B, S) state when k = 0, else the
-    `previous_action` (B, S), the target commanded for the row before the chunk (rad)."""
-    return np.where((np.asarray(k) > 0)[:, None], previous_action, measured)
+    `previous_action` (B, S), the target commanded for the row before the chunk (rad).
+    With every k = 0 `measured` as it is (the action may then live in another space)."""
+    forwarded = np.asarray(k) > 0
+    return np.where(forwarded[:, None], previous_action, measured) if forwarded.any() else measured
 
 
 def conditioning_state_rows(states: np.ndarray, actions: np.ndarray, obs, start) -> np.ndarray:

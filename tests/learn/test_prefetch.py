@@ -205,7 +205,7 @@ def test_a_learner_with_prefetch_makes_the_same_updates(tmp_path, one_thread):
 def test_algorithms_take_images_as_tensors_as_they_take_numpy(tmp_path, tiny_flow):
     """The GPU path hands the algorithms uint8 tensors (on the device) instead of numpy: the
     SAC observations and the flow batch built from tensors equal those built from numpy."""
-    from robotrl.learn.hil_flow import flow_batch
+    from robotrl.learn.hil_flow import flow_batch, offset_chunks
     from robotrl.policies.sac.config import SacNetConfig
     from robotrl.policies.sac.policy import observation_tensors
 
@@ -218,6 +218,7 @@ def test_algorithms_take_images_as_tensors_as_they_take_numpy(tmp_path, tiny_flo
         assert torch.equal(got, value), key
     policy = tiny_flow(cameras=("front",), horizon=4, image_size_px=16)
     idx = np.array([0, 3, 5])
-    numpy_batch, tensor_batch = flow_batch(policy, sample, idx), flow_batch(policy, as_tensors, idx)
+    chunks = offset_chunks(sample, np.zeros(8, np.int64), 4)
+    numpy_batch, tensor_batch = flow_batch(policy, sample, chunks, idx), flow_batch(policy, as_tensors, chunks, idx)
     assert all(torch.equal(a, b) for a, b in zip(numpy_batch.images, tensor_batch.images))
     assert torch.equal(numpy_batch.chunk, tensor_batch.chunk)
