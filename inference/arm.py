@@ -212,6 +212,19 @@ def twin_resources(info: Path) -> tuple[str, str, str, int]:
     return data["follower_port"], data["cameras"], data["follower_calibration_dir"], data["pid"]
 
 
+def twin_leader(info: Path) -> tuple[str, str, Path]:
+    """(leader port, leader id, leader calibration folder) of the twin whose `--info` file
+    is `info` (what `robotrl record --teleop leader` is told); one line when there is none."""
+    from robotrl.fsutil import read_json
+    from robotrl.sim.twin.calibration import LEADER_FOLDER
+
+    data = read_json(info)
+    keys = ("leader_port", "leader_id", "calibration_dir")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in keys):
+        raise UserError(f"{info}: no running twin's info file there (start it with `robotrl twin --info {info}`)")
+    return data["leader_port"], data["leader_id"], Path(data["calibration_dir"]) / LEADER_FOLDER
+
+
 def next_twin_scene(pid: int) -> None:
     """Ask the twin of process `pid` for its next scene (what a person resetting the table
     does); a twin that is gone is logged, its arm's bus fails on the next reading."""

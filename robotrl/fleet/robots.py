@@ -183,8 +183,9 @@ class RobotEntry:
     """sim: a simulated clock, each chunk taken in exactly this many ticks after its request
     (faster than real time); None: the wall clock."""
     intervene: str | None = None
-    """actor: who may take over (none, scripted, keyboard, gamepad, leader); None: scripted
-    on a simulated arm, else none."""
+    """actor: who may take over (none, scripted or gamepad: keyboard and leader take a
+    terminal's keys, which `robotrl up` does not give its arms); None: scripted on a
+    simulated arm, else none."""
     budget_ticks: int | None = None
     """intervene "scripted": the expert's intervention ticks in the arm's first episode;
     None: the default (150)."""
@@ -247,6 +248,12 @@ class RobotEntry:
                 _fail(f"{at}.{key}", f"{value!r} is not one of {', '.join(choices)}")
         if self.intervene == "scripted" and not sim:
             _fail(f"{at}.intervene", "'scripted' (the task's expert) is for driver 'sim'")
+        if self.intervene in ("keyboard", "leader"):
+            _fail(
+                f"{at}.intervene",
+                f"{self.intervene!r} takes the terminal's keys, and `robotrl up` runs its arms without a terminal: "
+                f"use 'gamepad', or run `robotrl actor --intervene {self.intervene}` in a terminal",
+            )
         if self.episodes is not None:
             _count(f"{at}.episodes", self.episodes, 1)
         if self.max_seconds is not None:

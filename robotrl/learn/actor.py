@@ -8,6 +8,7 @@ device take over (docs/algorithms.md section 4), and logs one CSV row per episod
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -22,8 +23,17 @@ from robotrl.inference.executor import ExecutorConfig
 INTERVENERS = ("none", "scripted", "keyboard", "gamepad", "leader")
 HANDBACK_FRACTION = 1 / 3
 """The scripted expert hands back once the drift is below this share of `takeover_m`."""
+TAKEOVER_KEYS = {
+    "keyboard": "i toggles the takeover (then jog: w/s, a/d, r/f), enter ends the episode as a success, x as a failure",
+    "gamepad": "b held takes over, y ends the episode as a success, x as a failure",
+    "leader": "i (or a foot pedal typing i) toggles the takeover, the leader's pose the target: hold it near "
+    "the arm's first; enter ends the episode as a success, x as a failure",
+}
+"""What a person taking over with each device presses (logged when the actor starts)."""
 ACTOR_SEED_STRIDE = 100_000
 """Actor k of a run plays seeds seed + k * ACTOR_SEED_STRIDE, ... (no two arms share a seed)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,10 +104,16 @@ class ActorJob:
             raise UserError("--stepped-speed needs --stepped-delay and a speed in (0, 1] (a fraction of real time)")
         if self.episodes < 1 or self.max_seconds <= 0:
             raise UserError("an actor needs episodes >= 1 and max_seconds > 0")
+        if self.intervention.who == "leader" and self.intervention.leader_port is None and self.arm.twin_info is None:
+            raise UserError("--intervene leader needs --leader-port (the leader arm's bus; see `robotrl devices`)")
 
 
-def make_intervener(config: InterventionConfig, arm: OpenArm) -> tuple[Intervener | None, TeleopDevice | None]:
-    """(the intervener, the teleop device to disconnect at the end or None)."""
+def make_intervener(
+    config: InterventionConfig, arm: OpenArm, twin_info: str | None = None
+) -> tuple[Intervener | None, TeleopDevice | None]:
+    """(the intervener, the teleop device to disconnect at the end or None). `twin_info`:
+    the arm's twin (`ArmConfig.twin_info`), whose leader a leader intervener reads when
+    `config.leader_port` is None."""
     if config.who == "none":
         return None, None
     if config.who == "scripted":
@@ -116,11 +132,33 @@ def make_intervener(config: InterventionConfig, arm: OpenArm) -> tuple[Intervene
             taper_episodes=config.taper_episodes,
         ), None
     from robotrl.hardware.teleop.intervention import TeleopIntervention
+
+    device = person_device(config, arm, twin_info)
+    device.connect()
+    log.info("%s: %s", config.who, TAKEOVER_KEYS[config.who])
+    return TeleopIntervention(device, arm.robot), device
+
+
+def person_device(config: InterventionConfig, arm: OpenArm, twin_info: str | None = None) -> TeleopDevice:
+    """The (unconnected) device of a person taking over: the keyboard (i toggles the
+    takeover), a gamepad, or a leader arm whose joints are the targets while the terminal's
+    keys toggle the takeover and label the episode (i, or a foot pedal typing it; enter /
+    x): a leader arm has no buttons. A twin's leader comes from its info file."""
     from robotrl.record.teleop import TeleopConfig, make_teleop
 
-    device = make_teleop(TeleopConfig(config.who, config.leader_port, config.leader_id), arm.robot)
-    device.connect()
-    return TeleopIntervention(device, arm.robot), device
+    if config.who != "leader":
+        return make_teleop(TeleopConfig(config.who), arm.robot)
+    from robotrl.hardware.teleop.leader import CombinedTeleop, LeaderArmTeleop
+
+    model = arm.robot.spec.name
+    if config.leader_port is None and twin_info is not None:
+        from robotrl.inference.arm import twin_leader
+
+        port, leader_id, calibration_dir = twin_leader(Path(twin_info))
+        leader = LeaderArmTeleop(model, port=port, robot_id=leader_id, calibration_dir=calibration_dir)
+    else:
+        leader = make_teleop(TeleopConfig("leader", config.leader_port, config.leader_id), arm.robot)
+    return CombinedTeleop(leader, make_teleop(TeleopConfig("keyboard"), arm.robot))
 
 
 def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
@@ -141,7 +179,7 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
         info = client.connect(timeout_s=CONNECT_TIMEOUT_S)
         arm = open_arm(job.arm, info, stepped=job.stepped_delay is not None, stepped_speed=job.stepped_speed)
         stack.callback(arm.close)
-        intervener, device = make_intervener(job.intervention, arm)
+        intervener, device = make_intervener(job.intervention, arm, job.arm.twin_info)
         if device is not None:
             stack.callback(device.disconnect)
         executor = remote_executor(
@@ -153,12 +191,12 @@ def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:
             stepped_delay=job.stepped_delay,
             intervener=intervener,
         )
-        log = None
+        csv_log = None
         if job.log is not None:
             job.log.unlink(missing_ok=True)
-            log = CsvLog(job.log)
-            stack.callback(log.close)
-        observers: list = [EpisodeLog(log, job.arm.name, job.episodes, start)]
+            csv_log = CsvLog(job.log)
+            stack.callback(csv_log.close)
+        observers: list = [EpisodeLog(csv_log, job.arm.name, job.episodes, start)]
         if job.beacon is not None:
             from robotrl.learn.beacon import Beacon
 

@@ -44,6 +44,7 @@ BAD_BRINGUP = [
     (SIM + "stepped_delay = 1.5\n", "robots.a.stepped_delay: expected an integer, got 1.5"),
     (REAL + 'intervene = "scripted"\n', "robots.a.intervene: 'scripted' (the task's expert) is for driver 'sim'"),
     (SIM + 'intervene = "robot"\n', "robots.a.intervene: 'robot' is not one of none, scripted"),
+    (REAL + 'intervene = "leader"\n', "robots.a.intervene: 'leader' takes the terminal's keys, and `robotrl up`"),
     (SIM + "seed = -1\n", "robots.a.seed: must be at least 0, got -1"),
     (SIM + "budget_ticks = -5\n", "robots.a.budget_ticks: must be at least 0, got -5"),
     (SIM + 'intervene = "none"\ntaper_episodes = 30\n', "robots.a.taper_episodes: only for intervene 'scripted'"),

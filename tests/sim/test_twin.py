@@ -536,3 +536,55 @@ def test_deploy_on_a_twin_lays_out_each_episodes_scene_before_its_first_reading(
     # scene 3 is episode 2, driven until deploy let go of the arm: both count, the first does not.
     assert 1.0 <= float(ended[1][1]) <= 2.0 and ended[1][2] == "" and ended[2][2] == "", ended
     assert ended[0][2] == " (not driven throughout)" and "of 2 driven scenes solved" in log
+
+
+def test_a_person_takes_over_with_the_twins_leader_while_the_terminals_i_holds_it(tmp_path: Path, tiny_flow) -> None:
+    """`actor --twin INFO --intervene leader`: the leader arm's pose is the target while the
+    terminal's `i` toggles the takeover (a leader has no buttons). On the twin the task's
+    expert moves the leader, as a person would, so the episode taken over from its first tick
+    solves its reach scene through lerobot's leader and follower drivers, every tick flagged;
+    each episode starts with the takeover off, so the next one is the untrained policy's. The
+    leader's bus and calibration come from the twin's info file."""
+    import pty
+    import tty
+
+    from robotrl.learn.metrics import read_csv
+
+    tiny_flow(cameras=("front",), instructions=("touch the red ball",)).save(tmp_path / "ckpt")
+    info_file = tmp_path / "twin.json"
+    proc, _ = start_twin(tmp_path, "--task", "reach", "--info", str(info_file))
+    terminal, person = pty.openpty()
+    try:
+        tty.setcbreak(person)
+        os.write(terminal, b"i")  # typed before the first episode: read on its first tick
+        argv = ["robotrl.cli", "actor", "--robot", "so101", "--twin", str(info_file)]
+        argv += ["--policy", str(tmp_path / "ckpt"), "--intervene", "leader", "--actor-log", str(tmp_path / "a.csv")]
+        argv += ["--episodes", "2", "--max-seconds", "3"]
+        ran = subprocess.run(
+            [sys.executable, "-m", *argv], stdin=person, env=ENV, capture_output=True, text=True, timeout=300
+        )
+    finally:
+        stop_twin(proc)
+        os.close(terminal)
+        os.close(person)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "leader: i (or a foot pedal typing i) toggles the takeover" in ran.stderr
+    rows = read_csv(tmp_path / "a.csv")
+    assert [int(r["ticks"]) for r in rows] == [90, 90], rows  # 3 s at 30 Hz
+    assert [(int(r["intervention_ticks"]), int(r["takeovers"])) for r in rows] == [(90, 1), (0, 0)], rows
+    log = (tmp_path / "twin.err").read_text()
+    ended = re.findall(r"scene (\d) \(seed \d+\) (solved|not solved)", log)
+    assert ended[1:3] == [("2", "solved"), ("3", "not solved")], log[-3000:]
+
+
+def test_a_leader_takeover_needs_the_leaders_bus_or_a_twin_to_take_it_from() -> None:
+    from robotrl.core.errors import UserError
+    from robotrl.inference.arm import ArmConfig
+    from robotrl.learn.actor import ActorJob, InterventionConfig
+
+    real = ArmConfig("so101", "touch the red ball", port="/dev/ttyACM0")
+    with pytest.raises(UserError, match="--intervene leader needs --leader-port"):
+        ActorJob(real, "tcp://127.0.0.1:1", intervention=InterventionConfig("leader"))
+    ActorJob(real, "tcp://127.0.0.1:1", intervention=InterventionConfig("leader", leader_port="/dev/ttyACM1"))
+    twin = ArmConfig("so101", "touch the red ball", twin_info="twin.json")
+    ActorJob(twin, "tcp://127.0.0.1:1", intervention=InterventionConfig("leader"))
