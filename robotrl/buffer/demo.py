@@ -17,13 +17,25 @@ from robotrl.buffer.spec import TransitionSpec
 from robotrl.record import features as F
 
 
-def load_demo_episodes(root: Path | str, spec: TransitionSpec, *, progress: bool = False) -> list[Episode]:
-    """The episodes of the LeRobotDataset at `root`, shaped to `spec` (source "demo")."""
+def load_demo_episodes(
+    root: Path | str, spec: TransitionSpec, *, action_key: str = F.ACTION, progress: bool = False
+) -> list[Episode]:
+    """The episodes of the LeRobotDataset at `root`, shaped to `spec` (source "demo"). Their
+    actions are the `action_key` column: "action" (what the arm executed) or
+    "teleop.action" (the teleop's clean command of a `record --perturb` recording), the
+    column the policy was trained on."""
     from robotrl.record.dataset import load_frames
 
     root = Path(root)
     size_px = max((max(h, w) for h, w in spec.cameras.values()), default=8)
-    frames = load_frames(root, tuple(spec.cameras), size_px, use_env_state=spec.env_state_dim > 0, progress=progress)
+    frames = load_frames(
+        root,
+        tuple(spec.cameras),
+        size_px,
+        use_env_state=spec.env_state_dim > 0,
+        progress=progress,
+        action_key=action_key,
+    )
     if frames.states.shape[1] != spec.state_dim or frames.actions.shape[1] != spec.action_dim:
         raise ValueError(
             f"dataset {root}: state/action dims {frames.states.shape[1]}/{frames.actions.shape[1]}, "

@@ -21,6 +21,7 @@ from robotrl.buffer.episode import Episode
 from robotrl.buffer.log import EpisodeLog
 from robotrl.buffer.sampler import ChunkSample, ImageAlloc, TransitionSample, sample_chunks, sample_transitions
 from robotrl.buffer.spec import TransitionSpec
+from robotrl.record import features as F
 from robotrl.wire.messages import TransitionBatch
 
 log = logging.getLogger(__name__)
@@ -95,9 +96,10 @@ class OnlineBuffer:
         except ValueError as exc:
             log.warning("episode not cached: %s", exc)
 
-    def add_demo_dataset(self, path: Path | str, *, progress: bool = False) -> int:
-        """Load the LeRobotDataset at `path` as demo episodes; the number of transitions added."""
-        return self.add_demo_episodes(load_demo_episodes(path, self.spec, progress=progress))
+    def add_demo_dataset(self, path: Path | str, *, action_key: str = F.ACTION, progress: bool = False) -> int:
+        """Load the LeRobotDataset at `path` as demo episodes, their actions from its
+        `action_key` column (`load_demo_episodes`); the number of transitions added."""
+        return self.add_demo_episodes(load_demo_episodes(path, self.spec, action_key=action_key, progress=progress))
 
     def add_demo_episodes(self, episodes: list[Episode]) -> int:
         """Add demo episodes built elsewhere (source must be "demo"); transitions added."""

@@ -20,6 +20,7 @@ from robotrl.core.devices import DEFAULT_DEVICE, check_device
 from robotrl.core.errors import UserError
 from robotrl.core.policy import past_frame_ticks_back
 from robotrl.learn.learner import Learner, LearnerConfig
+from robotrl.record import features as F
 
 SERVED = "served"
 """Folder in the run folder with a checkpoint of the served policy: as of the (resumed)
@@ -93,6 +94,18 @@ def resolve_spec(job: LearnerJob) -> TransitionSpec:
     )
 
 
+def trained_action_key(policy: Path | None) -> str:
+    """The dataset column the checkpoint at `policy` learnt its actions from (`robotrl train
+    --action-key`): demonstrations are labelled as it was, e.g. with a DART recording's
+    clean "teleop.action" rather than the perturbed command the arm executed. "action" for
+    no policy, or a checkpoint that does not say (one a learner served)."""
+    if policy is None:
+        return F.ACTION
+    from robotrl.policies.checkpoint import read_config
+
+    return str(read_config(policy).get("training", {}).get("train_config", {}).get("action_key", F.ACTION))
+
+
 def run_learner(job: LearnerJob) -> None:
     """Run the learner of `job` until it is stopped or its limits end it."""
     import torch
@@ -142,8 +155,10 @@ def run_learner(job: LearnerJob) -> None:
     }
     publisher = learner = None
     try:
+        action_key = trained_action_key(job.policy)
         for path in job.demo_datasets:
-            print(f"demo transitions from {path}: {buffer.add_demo_dataset(path, progress=True)}")
+            added = buffer.add_demo_dataset(path, action_key=action_key, progress=True)
+            print(f"demo transitions from {path}: {added} (actions: its {action_key!r} column)")
         print(
             f"buffer {job.buffer}: {buffer.committed_episodes} episodes, {buffer.committed_transitions} "
             f"online transitions recovered in {buffer.recovery_s:.2f} s"

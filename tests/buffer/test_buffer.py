@@ -458,3 +458,9 @@ def test_demo_dataset_loads_resized_with_reward_and_success(tmp_path, monkeypatc
     np.testing.assert_allclose(c.episode_return, 1.5)  # 0 + 0.1 + ... + 0.5
     np.testing.assert_array_equal(c.episode_success, ep == 1)
     assert set(c.instruction) == {"reach"} and buf.committed_transitions == 0
+    np.testing.assert_allclose(c.actions[:, 0], c.state + 0.05, atol=1e-6)  # executed: the column "action"
+    # A policy trained on a DART recording's clean labels learns online from them too.
+    clean = OnlineBuffer(tmp_path / "clean", spec, capacity=100, fsync=False)
+    assert clean.add_demo_dataset(tmp_path / "ds", action_key=F.TELEOP_ACTION) == 12
+    c = clean.sample_chunks(64, 3, learner_version=0, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(c.actions[:, 0], c.state, atol=1e-6)

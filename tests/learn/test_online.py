@@ -196,3 +196,17 @@ def test_sigterm_to_the_launcher_stops_learner_server_and_actors(tmp_path):
     left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert left == []  # nothing orphaned
     assert (out / "learner" / "checkpoint" / "meta.json").is_file()  # the learner stopped with a checkpoint
+
+
+def test_demonstrations_are_labelled_with_the_column_the_policy_was_trained_on(tmp_path):
+    """A policy trained on a DART recording's clean labels (`train --action-key
+    teleop.action`) fine-tunes on the same labels, not on the perturbed command the arm
+    executed; a checkpoint that does not say (one a learner served) and no policy: "action"."""
+    from robotrl.learn.job import trained_action_key
+
+    tiny_reach_policy(tmp_path / "served")
+    FastSlowPolicy.load(tmp_path / "served").save(
+        tmp_path / "dart", extra={"step": 5, "train_config": {"action_key": "teleop.action", "k_max": 8}}
+    )
+    assert trained_action_key(tmp_path / "dart") == "teleop.action"
+    assert trained_action_key(tmp_path / "served") == "action" and trained_action_key(None) == "action"
