@@ -95,7 +95,7 @@ def _watch(children: list[tuple[str, subprocess.Popen, Path]], stopping: threadi
                 if code and not stopping.is_set():
                     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
                     died.append(f"the {name} {how} during the run ({_last_line(log)}); see {log}")
-                    _thread.interrupt_main()
+                    _thread.interrupt_main(signal.SIGTERM)  # run()'s handler: SIGINT is ignored in background jobs
                     return
 
     threading.Thread(target=watch, name="learn-watch", daemon=True).start()

@@ -133,13 +133,13 @@ def make_intervener(
         ), None
     from robotrl.hardware.teleop.intervention import TeleopIntervention
 
-    device = person_device(config, arm, twin_info)
+    device = _person_device(config, arm, twin_info)
     device.connect()
     log.info("%s: %s", config.who, TAKEOVER_KEYS[config.who])
     return TeleopIntervention(device, arm.robot), device
 
 
-def person_device(config: InterventionConfig, arm: OpenArm, twin_info: str | None = None) -> TeleopDevice:
+def _person_device(config: InterventionConfig, arm: OpenArm, twin_info: str | None = None) -> TeleopDevice:
     """The (unconnected) device of a person taking over: the keyboard (i toggles the
     takeover), a gamepad, or a leader arm whose joints are the targets while the terminal's
     keys toggle the takeover and label the episode (i, or a foot pedal typing it; enter /
@@ -150,12 +150,11 @@ def person_device(config: InterventionConfig, arm: OpenArm, twin_info: str | Non
         return make_teleop(TeleopConfig(config.who), arm.robot)
     from robotrl.hardware.teleop.leader import CombinedTeleop, LeaderArmTeleop
 
-    model = arm.robot.spec.name
     if config.leader_port is None and twin_info is not None:
         from robotrl.inference.arm import twin_leader
 
         port, leader_id, calibration_dir = twin_leader(Path(twin_info))
-        leader = LeaderArmTeleop(model, port=port, robot_id=leader_id, calibration_dir=calibration_dir)
+        leader = LeaderArmTeleop(arm.robot.spec.name, port=port, robot_id=leader_id, calibration_dir=calibration_dir)
     else:
         leader = make_teleop(TeleopConfig("leader", config.leader_port, config.leader_id), arm.robot)
     return CombinedTeleop(leader, make_teleop(TeleopConfig("keyboard"), arm.robot))

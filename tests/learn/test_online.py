@@ -52,7 +52,9 @@ def _segments(buffer) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((buffer / "segments").glob("*.seg"))}
 
 
-def _deploy(out, policy, episodes: int, resume: bool, actors: int = 2) -> subprocess.Popen:
+def _deploy(out, policy, episodes: int, resume: bool, actors: int = 2, background: bool = False) -> subprocess.Popen:
+    """`robotrl learn` on the reach task; `background`: with SIGINT ignored, as a shell's
+    background job (`cmd &`, nohup, cron) runs it."""
     cmd = [
         sys.executable,
         "-m",
@@ -94,6 +96,7 @@ def _deploy(out, policy, episodes: int, resume: bool, actors: int = 2) -> subpro
     return subprocess.Popen(
         cmd + (["--resume"] if resume else []),
         start_new_session=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if background else None,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -162,10 +165,11 @@ def test_online_learning_trains_a_pixel_policy_that_reads_past_frames_and_estima
 
 def test_a_learner_that_dies_stops_the_run_with_one_line(tmp_path):
     """SIGKILL to the learner mid-run: the arms stop, the server is stopped, and the
-    launcher exits 2 with one line naming the learner and its log."""
+    launcher exits 2 with one line naming the learner and its log; also when it runs as a
+    background job, where SIGINT is ignored (the arms used to run all 50 episodes there)."""
     policy, out = tmp_path / "policy", tmp_path / "run"
     tiny_reach_policy(policy)
-    proc = _deploy(out, policy, episodes=50, resume=False, actors=1)
+    proc = _deploy(out, policy, episodes=50, resume=False, actors=1, background=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out / "actor0.csv").exists():
         time.sleep(0.3)
