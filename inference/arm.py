@@ -20,6 +20,7 @@ import signal
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from robotrl.core.robot import CameraSpec
 from robotrl.core.task import Task
 from robotrl.hardware.safety import SafeRobot
 from robotrl.inference.runner import ArmTask
+
+if TYPE_CHECKING:
+    from robotrl.record.teleop import TeleopConfig
 
 log = logging.getLogger(__name__)
 
@@ -199,30 +203,36 @@ def policy_instruction(given: str, server_info: dict, source: str = "--task give
 def twin_resources(info: Path) -> tuple[str, str, str, int]:
     """(follower port, cameras map, follower calibration folder, pid) of the twin whose
     `--info` file is `info`; one line when there is none or it is not a twin's."""
-    from robotrl.fsutil import read_json
-
-    data = read_json(info)
-    keys = ("follower_port", "cameras", "follower_calibration_dir")
-    if (
-        not isinstance(data, dict)
-        or not all(isinstance(data.get(k), str) for k in keys)
-        or not isinstance(data.get("pid"), int)
-    ):
-        raise UserError(f"{info}: no running twin's info file there (start it with `robotrl twin --info {info}`)")
+    data = _twin_info(info, ("follower_port", "cameras", "follower_calibration_dir"))
+    if not isinstance(data.get("pid"), int):
+        raise _no_twin(info)
     return data["follower_port"], data["cameras"], data["follower_calibration_dir"], data["pid"]
 
 
-def twin_leader(info: Path) -> tuple[str, str, Path]:
-    """(leader port, leader id, leader calibration folder) of the twin whose `--info` file
-    is `info` (what `robotrl record --teleop leader` is told); one line when there is none."""
-    from robotrl.fsutil import read_json
+def twin_leader(info: Path) -> TeleopConfig:
+    """The leader teleop of the twin whose `--info` file is `info`: its bus, id and
+    calibration folder (what `robotrl record --teleop leader` is told); one line when there
+    is no twin's info file there."""
+    from robotrl.record.teleop import TeleopConfig
     from robotrl.sim.twin.calibration import LEADER_FOLDER
 
+    data = _twin_info(info, ("leader_port", "leader_id", "calibration_dir"))
+    calibration_dir = Path(data["calibration_dir"]) / LEADER_FOLDER
+    return TeleopConfig("leader", data["leader_port"], data["leader_id"], calibration_dir)
+
+
+def _twin_info(info: Path, keys: tuple[str, ...]) -> dict:
+    """The twin's info file `info`, holding a string under each of `keys`."""
+    from robotrl.fsutil import read_json
+
     data = read_json(info)
-    keys = ("leader_port", "leader_id", "calibration_dir")
     if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in keys):
-        raise UserError(f"{info}: no running twin's info file there (start it with `robotrl twin --info {info}`)")
-    return data["leader_port"], data["leader_id"], Path(data["calibration_dir"]) / LEADER_FOLDER
+        raise _no_twin(info)
+    return data
+
+
+def _no_twin(info: Path) -> UserError:
+    return UserError(f"{info}: no running twin's info file there (start it with `robotrl twin --info {info}`)")
 
 
 def next_twin_scene(pid: int) -> None:

@@ -98,7 +98,14 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
 
 def teleop_config(name: str, args: argparse.Namespace) -> TeleopConfig:
     """The `TeleopConfig` of device `name` from the options of `add_device_arguments`."""
-    return TeleopConfig(name, args.leader_port, args.leader_id, args.replay_root, args.replay_episode, args.noise)
+    return TeleopConfig(
+        name,
+        args.leader_port,
+        args.leader_id,
+        replay_root=args.replay_root,
+        replay_episode=args.replay_episode,
+        noise_m=args.noise,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -148,16 +148,14 @@ def _person_device(config: InterventionConfig, arm: OpenArm, twin_info: str | No
 
     if config.who != "leader":
         return make_teleop(TeleopConfig(config.who), arm.robot)
-    from robotrl.hardware.teleop.leader import CombinedTeleop, LeaderArmTeleop
+    from robotrl.hardware.teleop.leader import CombinedTeleop
 
+    leader = TeleopConfig("leader", config.leader_port, config.leader_id)
     if config.leader_port is None and twin_info is not None:
         from robotrl.inference.arm import twin_leader
 
-        port, leader_id, calibration_dir = twin_leader(Path(twin_info))
-        leader = LeaderArmTeleop(arm.robot.spec.name, port=port, robot_id=leader_id, calibration_dir=calibration_dir)
-    else:
-        leader = make_teleop(TeleopConfig("leader", config.leader_port, config.leader_id), arm.robot)
-    return CombinedTeleop(leader, make_teleop(TeleopConfig("keyboard"), arm.robot))
+        leader = twin_leader(Path(twin_info))
+    return CombinedTeleop(make_teleop(leader, arm.robot), make_teleop(TeleopConfig("keyboard"), arm.robot))
 
 
 def run_actor(job: ActorJob, wall_start_s: float | None = None) -> list:

@@ -26,6 +26,9 @@ class TeleopConfig:
     """leader: serial port of the leader arm."""
     leader_id: str = "leader"
     """leader: lerobot calibration id."""
+    leader_calibration_dir: Path | None = None
+    """leader: folder of its `<leader_id>.json`; None is lerobot's default (under
+    `$HF_LEROBOT_CALIBRATION`)."""
     replay_root: Path | None = None
     """replay: dataset whose actions are replayed."""
     replay_episode: int = 0
@@ -56,7 +59,9 @@ def make_teleop(cfg: TeleopConfig, session: Session | SafeRobot) -> TeleopDevice
             raise UserError("the leader teleop needs --leader-port")
         from robotrl.hardware.teleop.leader import LeaderArmTeleop
 
-        return LeaderArmTeleop(session.spec.name, port=cfg.leader_port, robot_id=cfg.leader_id)
+        return LeaderArmTeleop(
+            session.spec.name, port=cfg.leader_port, robot_id=cfg.leader_id, calibration_dir=cfg.leader_calibration_dir
+        )
     from robotrl.hardware.kinematics import Kinematics
     from robotrl.hardware.models import get_arm
 
