@@ -29,6 +29,10 @@ class FastSlowConfig:
     """s, rows executed before the next chunk in synchronous execution (also RTC's s)."""
     control_rate_hz: float = 30.0
     """Rate at which chunk rows are executed."""
+    action_key: str = "action"
+    """The dataset column the policy learnt its actions from (`robotrl train --action-key`),
+    e.g. a DART recording's clean "teleop.action": how the online learner labels
+    demonstrations for it, also after a learner served it."""
     start_state_rad: tuple[float, ...] = ()
     """(state_dim,) median first measured state of the training episodes, radians: where a
     real arm is put before each episode (`robotrl.inference.start_pose`); () unknown."""

@@ -243,8 +243,9 @@ class FastSlowPolicy:
         """The checkpoint at `path`, read onto the CPU and moved to `device`."""
         doc, tensors = read_checkpoint(path, POLICY_TYPE)
         trained = doc.get("training", {}).get("train_config", {})
-        if "latent_delay_max" not in doc["config"] and "latent_delay_max" in trained:  # saved before the field
-            doc["config"]["latent_delay_max"] = trained["latent_delay_max"]
+        for key in ("latent_delay_max", "action_key"):  # checkpoints saved before the field
+            if key not in doc["config"] and key in trained:
+                doc["config"][key] = trained[key]
         config = FastSlowConfig.from_dict(doc["config"])
         vocab = Vocabulary(doc["vocabulary"])
         model = FastSlowModel(config, len(vocab))

@@ -96,14 +96,16 @@ def resolve_spec(job: LearnerJob) -> TransitionSpec:
 
 def trained_action_key(policy: Path | None) -> str:
     """The dataset column the checkpoint at `policy` learnt its actions from (`robotrl train
-    --action-key`): demonstrations are labelled as it was, e.g. with a DART recording's
-    clean "teleop.action" rather than the perturbed command the arm executed. "action" for
-    no policy, or a checkpoint that does not say (one a learner served)."""
+    --action-key`, kept when a learner serves it): demonstrations are labelled as it was,
+    e.g. with a DART recording's clean "teleop.action" rather than the perturbed command
+    the arm executed. "action" for no policy or a checkpoint that does not say."""
     if policy is None:
         return F.ACTION
     from robotrl.policies.checkpoint import read_config
 
-    return str(read_config(policy).get("training", {}).get("train_config", {}).get("action_key", F.ACTION))
+    doc = read_config(policy)
+    trained = doc.get("training", {}).get("train_config", {})
+    return str(doc.get("config", {}).get("action_key", trained.get("action_key", F.ACTION)))
 
 
 def run_learner(job: LearnerJob) -> None:

@@ -166,6 +166,7 @@ def policy_config(frames: FrameTable, cfg: TrainConfig) -> FastSlowConfig:
             "max_age_ticks": age_max,
             "rtc_train": cfg.rtc_train,
             "latent_delay_max": cfg.latent_delay_max,
+            "action_key": cfg.action_key,
         }
     )
 

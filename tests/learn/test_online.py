@@ -205,12 +205,25 @@ def test_sigterm_to_the_launcher_stops_learner_server_and_actors(tmp_path):
 def test_demonstrations_are_labelled_with_the_column_the_policy_was_trained_on(tmp_path):
     """A policy trained on a DART recording's clean labels (`train --action-key
     teleop.action`) fine-tunes on the same labels, not on the perturbed command the arm
-    executed; a checkpoint that does not say (one a learner served) and no policy: "action"."""
+    executed, also from the checkpoint a learner served of it, and from a checkpoint saved
+    before the config carried the column (its train_config says); none: "action"."""
+    from robotrl.buffer.spec import TransitionSpec
     from robotrl.learn.job import trained_action_key
+    from robotrl.learn.registry import make_algorithm
 
-    tiny_reach_policy(tmp_path / "served")
-    FastSlowPolicy.load(tmp_path / "served").save(
-        tmp_path / "dart", extra={"step": 5, "train_config": {"action_key": "teleop.action", "k_max": 8}}
-    )
+    tiny_reach_policy(tmp_path / "reach")
+    assert trained_action_key(tmp_path / "reach") == "action" and trained_action_key(None) == "action"
+    tiny_reach_policy(tmp_path / "dart", action_key="teleop.action")
     assert trained_action_key(tmp_path / "dart") == "teleop.action"
-    assert trained_action_key(tmp_path / "served") == "action" and trained_action_key(None) == "action"
+    for algo in ("hil-flow", "dsrl"):
+        spec = TransitionSpec(6, 6, {"front": (16, 16), "wrist": (16, 16)}, 3)
+        make_algorithm(algo, spec, policy_path=tmp_path / "dart", preset="small").served_policy().save(tmp_path / algo)
+        flow = tmp_path / algo / "flow" if algo == "dsrl" else tmp_path / algo
+        assert trained_action_key(flow) == "teleop.action"
+    old = json.loads((tmp_path / "reach" / "config.json").read_text())  # a trainer's, saved before the field
+    del old["config"]["action_key"]
+    old["training"] = {"step": 5, "train_config": {"action_key": "teleop.action", "k_max": 8}}
+    (tmp_path / "reach" / "config.json").write_text(json.dumps(old))
+    assert trained_action_key(tmp_path / "reach") == "teleop.action"
+    FastSlowPolicy.load(tmp_path / "reach").save(tmp_path / "reserved")  # as a learner serves it
+    assert trained_action_key(tmp_path / "reserved") == "teleop.action"
