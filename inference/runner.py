@@ -94,6 +94,12 @@ class EpisodeResult:
         """Measured delay of every chunk taken in (arrival tick - request tick)."""
         return [r.arrival_tick - r.obs_tick for r in self.received]
 
+    def row_ages(self) -> list[int]:
+        """Age of every policy row executed, in ticks: its tick minus the tick of the
+        observation it was planned from (d .. 2d - 1 with one request in flight at delay d,
+        d with d in flight); held ticks excluded."""
+        return [r.tick - r.obs_tick for r in self.trace if not r.paused]
+
     def requested_rad(self) -> np.ndarray:
         """(T, J) requested targets (before the safety layer)."""
         return np.stack([r.requested_rad for r in self.trace])
@@ -295,13 +301,15 @@ class StatusLine:
         self.stream.flush()
 
 
-def delay_summary(episodes: Sequence[EpisodeResult]) -> dict[str, float]:
-    """p50 / p95 / max of the measured chunk delays of `episodes`, in ticks ({} if none)."""
-    delays = np.asarray([d for e in episodes for d in e.delays_ticks()], dtype=np.float64)
-    if delays.size == 0:
-        return {}
-    return {
-        "p50": float(np.percentile(delays, 50)),
-        "p95": float(np.percentile(delays, 95)),
-        "max": float(delays.max()),
-    }
+def latency_summary(episodes: Sequence[EpisodeResult]) -> dict[str, dict[str, float]]:
+    """p50 / p95 / max, in ticks, of the measured chunk delays ("inference delay") and of the
+    ages of the rows executed ("row age") of `episodes`; a key with no values is left out."""
+    out = {}
+    for name, values in (
+        ("inference delay", [d for e in episodes for d in e.delays_ticks()]),
+        ("row age", [a for e in episodes for a in e.row_ages()]),
+    ):
+        if values:
+            p50, p95 = np.percentile(values, [50, 95])
+            out[name] = {"p50": float(p50), "p95": float(p95), "max": float(max(values))}
+    return out

@@ -191,7 +191,6 @@ def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env: T
     sent = np.stack([r.sent_rad for r in trace])
     # The ensemble mixes every chunk into every tick: it has no chunk boundaries.
     switches = [] if cell.mode == "ensemble" else episode.switch_ticks()
-    executed = [r for r in trace if not r.paused]
     chunks = episode.received
     errors = episode.estimate_errors
     prefix = [
@@ -210,10 +209,7 @@ def episode_record(setup: BenchSetup, cell: Cell, episode: EpisodeResult, env: T
         "pauses": int(episode.pauses),
         "step_clamps": int(episode.step_clamps),
         "chunks": len(chunks),
-        "staleness": {
-            str(k): v
-            for k, v in staleness_histogram([r.tick for r in executed], [r.obs_tick for r in executed]).items()
-        },
+        "staleness": {str(k): v for k, v in staleness_histogram(episode.row_ages()).items()},
         "disc_ratio_requested": _finite(boundary_discontinuity_ratio(requested, switches)),
         "disc_ratio_executed": _finite(boundary_discontinuity_ratio(sent, switches)),
         "jerk_ratio_requested": _finite(boundary_jerk_ratio(requested, switches)),

@@ -51,10 +51,10 @@ def reaction_ticks(
     return int(hits[0]) if len(hits) else None
 
 
-def staleness_histogram(exec_ticks: Iterable[int], obs_ticks: Iterable[int]) -> dict[int, int]:
-    """{staleness: count} of tick executed minus tick of the observation the action was
-    conditioned on, one entry per executed (non-held) action."""
-    return dict(sorted(Counter(int(e) - int(o) for e, o in zip(exec_ticks, obs_ticks)).items()))
+def staleness_histogram(ages: Iterable[int]) -> dict[int, int]:
+    """{staleness: count} of the executed rows' ages (`EpisodeResult.row_ages`: tick
+    executed minus tick of the observation the row was conditioned on)."""
+    return dict(sorted(Counter(int(a) for a in ages).items()))
 
 
 def merge_histograms(histograms: Iterable[dict]) -> dict[int, int]:

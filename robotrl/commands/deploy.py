@@ -74,7 +74,7 @@ def _report(episodes: list, judged: bool) -> None:
     (the simulated arm); a real arm has no judge, so its success column says "-"."""
     import numpy as np
 
-    from robotrl.inference.runner import delay_summary
+    from robotrl.inference.runner import latency_summary
     from robotrl.report.table import format_table
 
     rows = [
@@ -96,6 +96,5 @@ def _report(episodes: list, judged: bool) -> None:
     if len(read_ms):
         p50, p99 = np.percentile(read_ms, [50, 99])
         print(f"arm read (motors and cameras, ms): p50 {p50:.1f}  p99 {p99:.1f}")
-    delays = delay_summary(episodes)
-    if delays:
-        print(f"inference delay (ticks): p50 {delays['p50']:g}  p95 {delays['p95']:g}  max {delays['max']:g}")
+    for name, q in latency_summary(episodes).items():  # row age: d .. 2d - 1 with one request in flight
+        print(f"{name} (ticks): p50 {q['p50']:g}  p95 {q['p95']:g}  max {q['max']:g}")

@@ -14,7 +14,7 @@ from robotrl.core.robot import RobotState
 from robotrl.hardware.safety import SafetyLimits
 from robotrl.inference.chunking import boundary_discontinuity_ratio
 from robotrl.inference.executor import Executor, ExecutorConfig, LocalChunkSource, step_limit_rad
-from robotrl.inference.runner import EpisodeRunner
+from robotrl.inference.runner import EpisodeRunner, latency_summary
 from robotrl.inference.stepped import ExpertChunkPolicy, run_stepped_episode
 
 H = 16
@@ -365,10 +365,16 @@ def test_several_requests_in_flight_ask_every_tick_and_execute_rows_d_ticks_old(
     # one request per tick: every tick from the first reply on runs a chunk of its own,
     # planned from the observation exactly d ticks before
     assert [r.chunk_id for r in executed] == list(range(len(executed)))
-    assert {r.tick - r.obs_tick for r in executed} == {delay}
+    assert set(ep.row_ages()) == {delay}
     assert [r.tick for r in ep.trace if r.paused] == list(range(delay))
     # one request in flight: a request every d ticks, rows d .. 2d - 1 ticks old
-    assert {r.tick - r.obs_tick for r in one.trace if not r.paused} == set(range(delay, 2 * delay))
+    assert set(one.row_ages()) == set(range(delay, 2 * delay))
+    # what `deploy` prints: p50 / p95 / max of the delays and of the row ages
+    both = latency_summary([one, ep])
+    assert both["inference delay"] == {"p50": delay, "p95": delay, "max": delay}
+    ages = np.asarray(one.row_ages() + ep.row_ages())
+    assert both["row age"] == {"p50": np.median(ages), "p95": np.percentile(ages, 95), "max": 2 * delay - 1}
+    assert latency_summary([one])["row age"]["p50"] == pytest.approx(delay + (delay - 1) / 2, abs=0.5)
     assert len(ep.received) > 3 * len(one.received)
     assert ep.success and one.success
 

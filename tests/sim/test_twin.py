@@ -462,6 +462,12 @@ def test_twin_round_trip_record_lerobot_train_act_and_serve_it_in_vlash_mode(tmp
     ticks, missed = int(row[2]), int(row[3])
     assert ticks == 60 and missed <= 6, deployed.stdout  # 2 s at 30 Hz on the twin's wall clock
     assert "arm read (motors and cameras, ms): p50" in deployed.stdout
+    ticks_of = {  # "inference delay (ticks): p50 1  p95 1  max 2" -> [1, 1, 2]
+        line.split(" (ticks)")[0]: [float(v) for v in line.split()[-5::2]]
+        for line in deployed.stdout.splitlines()
+        if " (ticks): p50" in line
+    }
+    assert ticks_of["row age"][0] >= ticks_of["inference delay"][0] >= 0  # a row runs once its reply is in
     from robotrl.policies.loading import load_policy
 
     assert load_policy(checkpoint).joints.name == "lerobot"  # served in the dataset's degrees
