@@ -194,6 +194,17 @@ class FastSlowConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
+    def from_checkpoint(cls, doc: dict) -> FastSlowConfig:
+        """The config in a checkpoint's config.json `doc`; a field saved before the config
+        held it comes from the checkpoint's training section (`train_config`)."""
+        trained = doc.get("training", {}).get("train_config", {})
+        data = dict(doc.get("config", {}))
+        for key in ("latent_delay_max", "action_key"):
+            if key not in data and key in trained:
+                data[key] = trained[key]
+        return cls.from_dict(data)
+
+    @classmethod
     def from_dict(cls, data: dict) -> FastSlowConfig:
         known = {f.name for f in fields(cls)}
         data = {**LEGACY_DEFAULTS, **data}  # checkpoints from before those fields

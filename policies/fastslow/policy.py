@@ -242,11 +242,7 @@ class FastSlowPolicy:
     def load(cls, path: Path, *, seed: int = 0, device: str | torch.device = "cpu") -> FastSlowPolicy:
         """The checkpoint at `path`, read onto the CPU and moved to `device`."""
         doc, tensors = read_checkpoint(path, POLICY_TYPE)
-        trained = doc.get("training", {}).get("train_config", {})
-        for key in ("latent_delay_max", "action_key"):  # checkpoints saved before the field
-            if key not in doc["config"] and key in trained:
-                doc["config"][key] = trained[key]
-        config = FastSlowConfig.from_dict(doc["config"])
+        config = FastSlowConfig.from_checkpoint(doc)
         vocab = Vocabulary(doc["vocabulary"])
         model = FastSlowModel(config, len(vocab))
         model.load_state_dict(tensors)

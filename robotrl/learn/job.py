@@ -86,7 +86,7 @@ def resolve_spec(job: LearnerJob) -> TransitionSpec:
     from robotrl.policies.checkpoint import read_config
     from robotrl.policies.fastslow.config import FastSlowConfig
 
-    c = FastSlowConfig.from_dict(read_config(job.policy).get("config", {}))
+    c = FastSlowConfig.from_checkpoint(read_config(job.policy))
     size = c.image_size_px
     # what the arm streams: privileged env_state only for a policy that reads it (not one that estimates it)
     return TransitionSpec(
@@ -102,10 +102,9 @@ def trained_action_key(policy: Path | None) -> str:
     if policy is None:
         return F.ACTION
     from robotrl.policies.checkpoint import read_config
+    from robotrl.policies.fastslow.config import FastSlowConfig
 
-    doc = read_config(policy)
-    trained = doc.get("training", {}).get("train_config", {})
-    return str(doc.get("config", {}).get("action_key", trained.get("action_key", F.ACTION)))
+    return FastSlowConfig.from_checkpoint(read_config(policy)).action_key
 
 
 def run_learner(job: LearnerJob) -> None:

@@ -202,7 +202,7 @@ class Trainer:
         if resume_doc is not None and resume_doc.get("policy_type") != POLICY_TYPE:
             raise ConfigError(f"{cfg.out} holds a {resume_doc.get('policy_type')!r} policy, not {POLICY_TYPE!r}")
         if resume_doc is not None:
-            self.config = FastSlowConfig.from_dict(resume_doc["config"])
+            self.config = FastSlowConfig.from_checkpoint(resume_doc)
             self.vocab = Vocabulary(resume_doc["vocabulary"])
             self.normalizer = Normalizer.from_dict(resume_doc["normalization"])
         self.frames = (
