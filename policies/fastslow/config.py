@@ -61,6 +61,11 @@ class FastSlowConfig:
     env_state itself, so the policy reads only cameras, joints and the instruction. In
     training the fast pathway reads the env_state plus noise of 0.5 cm (0.5 cm/s on
     velocities) on every feature (robotrl.train.loss.ESTIMATE_NOISE)."""
+    env_blob_cameras: tuple[str, ...] = ()
+    """With `estimate_env_state`: env_state is the red object's track in these cameras'
+    recorded frames (image position, size and their velocities, 6 per camera:
+    `robotrl.record.blob`) instead of the simulator's, so a real arm's recording trains
+    the estimate (`robotrl train --blob-target`); () = sim.environment_state."""
     env_object_dim: int = 0
     """Read env_state as objects of this many numbers each (pick_place: 3, the xyz of each
     cube and of the bin); the instruction attends over them and the named object joins
@@ -136,6 +141,8 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.use_env_state needs env_state_dim >= 1")
         if self.estimate_env_state and (not self.use_env_state or not self.cameras):
             raise ConfigError("FastSlowConfig.estimate_env_state needs use_env_state and at least one camera")
+        if self.env_blob_cameras:
+            self._check_blob_cameras()
         if self.env_object_dim < 0 or (
             self.env_object_dim and (not self.use_env_state or self.env_state_dim % self.env_object_dim)
         ):
@@ -163,8 +170,24 @@ class FastSlowConfig:
             )
         object.__setattr__(self, "start_state_rad", tuple(float(q) for q in self.start_state_rad))
         object.__setattr__(self, "cameras", tuple(self.cameras))
+        object.__setattr__(self, "env_blob_cameras", tuple(self.env_blob_cameras))
         object.__setattr__(self, "instructions", tuple(str(i) for i in self.instructions))
         object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
+
+    def _check_blob_cameras(self) -> None:
+        from robotrl.record.blob import FEATURES_PER_CAMERA
+
+        if (
+            not self.estimate_env_state
+            or set(self.env_blob_cameras) - set(self.cameras)
+            or self.env_state_dim != FEATURES_PER_CAMERA * len(self.env_blob_cameras)
+            or self.env_object_dim
+        ):
+            raise ConfigError(
+                f"FastSlowConfig.env_blob_cameras {list(self.env_blob_cameras)} needs estimate_env_state, "
+                f"cameras among {list(self.cameras)}, env_state_dim {FEATURES_PER_CAMERA} per camera "
+                f"(got {self.env_state_dim}) and no env_object_dim"
+            )
 
     @property
     def reads_env_state(self) -> bool:

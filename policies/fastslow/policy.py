@@ -130,9 +130,11 @@ class FastSlowPolicy:
 
     @torch.no_grad()
     def estimate_env_state(self, latent: torch.Tensor) -> np.ndarray | None:
-        """(E,) the estimate of env_state (its units) the fast pathway reads with the
-        (T, W) `latent`; None without `estimate_env_state`."""
-        if not self.config.estimate_env_state:
+        """(E,) the estimate of the simulator's env_state (its units) the fast pathway
+        reads with the (T, W) `latent`; None without `estimate_env_state`, and for an
+        estimate of a red object's image track (`env_blob_cameras`), which no simulator
+        state compares with."""
+        if not self.config.estimate_env_state or self.config.env_blob_cameras:
             return None
         return self._estimate(latent[None])[0].numpy()
 

@@ -55,7 +55,9 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_privileged_arguments(parser: argparse.ArgumentParser) -> None:
-    """What a simulated dataset adds: privileged object positions, end-effector features."""
+    """What the fast pathway may read beyond joints and cameras: the environment's state
+    (privileged from a simulated dataset, or estimated: a red object's track in any
+    recording), end-effector features."""
     parser.add_argument(
         "--env-state",
         action="store_true",
@@ -67,6 +69,14 @@ def _add_privileged_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --env-state: the slow pathway learns to estimate it from the cameras (an auxiliary "
         "loss) and the fast pathway gets the estimate, so the policy reads only cameras and joints "
         "(in training it reads the env state plus noise of 0.005 in its units: m, m/s)",
+    )
+    parser.add_argument(
+        "--blob-target",
+        metavar="CAMERAS",
+        default="",
+        help="instead of --env-state --estimate-env-state's simulator state: the slow pathway learns to "
+        "estimate the red object's track in these cameras' recorded frames (image position, size, "
+        "velocities; e.g. front,wrist), which a real arm's recording gives",
     )
     parser.add_argument(
         "--env-objects",
@@ -161,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
+    blob_cameras = tuple(c for c in args.blob_target.split(",") if c)
+    if blob_cameras and args.env_state:
+        raise UserError("--blob-target replaces --env-state (the simulator's state): give one of them")
     policy = {
         "horizon": args.horizon,
         "execute_steps": args.execute_steps,
@@ -168,8 +181,9 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         "past_frame_ticks": args.past_frame_ticks,
         "past_frames": args.past_frames,
         "cameras": tuple(c for c in args.cameras.split(",") if c),
-        "use_env_state": args.env_state,
-        "estimate_env_state": args.estimate_env_state,
+        "use_env_state": args.env_state or bool(blob_cameras),
+        "estimate_env_state": args.estimate_env_state or bool(blob_cameras),
+        "env_blob_cameras": blob_cameras,
         "env_object_dim": args.env_objects,
         "relative_objects": args.relative_objects,
         "action_mode": args.action_mode,

@@ -143,7 +143,8 @@ class StateEstimatingPolicy(Protocol):
 
     def estimate_env_state(self, latent: Any) -> np.ndarray | None:
         """(E,) the estimate of env_state, in env_state's units, that the fast pathway
-        reads with `latent`; None for a policy that reads no estimate."""
+        reads with `latent`; None for a policy that reads no estimate of the simulator's
+        env_state (none, or one of something else: `train --blob-target`)."""
         ...
 
 

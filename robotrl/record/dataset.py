@@ -20,6 +20,7 @@ from robotrl.core.errors import ConfigError
 from robotrl.hardware.lerobot_arm.convention import dataset_convention
 from robotrl.policies.fastslow.slow import resize_images
 from robotrl.record import features as F
+from robotrl.record.blob import blob_env_states
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ class FrameTable:
     actions: np.ndarray
     """(N, A) float32 joint targets, radians (executed, or the teleop's: `load_frames`)."""
     env_states: np.ndarray | None
-    """(N, E) float32 privileged features, or None."""
+    """(N, E) float32 env_state: the privileged sim.environment_state, or the red object's
+    track in the images (`robotrl.record.blob`), or None."""
     images: dict[str, torch.Tensor]
     """camera -> (N, 3, S, S) uint8."""
     task_ids: np.ndarray
@@ -79,19 +81,27 @@ def load_frames(
     use_env_state: bool = False,
     progress: bool = True,
     action_key: str = F.ACTION,
+    blob_cameras: tuple[str, ...] = (),
 ) -> FrameTable:
     """Read the dataset at `root` into RAM (HF hub offline: set HF_HUB_OFFLINE=1). The
     training targets come from `action_key`: "action" (executed) or "teleop.action" (what
-    the teleop asked for: the clean labels of a `record --perturb` dataset)."""
+    the teleop asked for: the clean labels of a `record --perturb` dataset). With
+    `use_env_state`, env_state is the dataset's sim.environment_state, or with
+    `blob_cameras` (a subset of `cameras`) the red object's track in those cameras'
+    frames at `image_size_px` (`robotrl.record.blob.blob_env_states`), which any
+    recording has."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.datasets.video_utils import decode_video_frames
     from tqdm import tqdm
 
     root = Path(root)
+    if set(blob_cameras) - set(cameras):
+        raise ConfigError(f"blob target cameras {list(blob_cameras)} must be among the cameras read {list(cameras)}")
     if not (root / "meta" / "info.json").is_file():
         raise FileNotFoundError(f"no LeRobot dataset at {root} (missing meta/info.json)")
     ds = LeRobotDataset(f"local/{root.name}", root=root, video_backend="pyav")
-    require_features(ds.features, root, cameras, use_env_state, action_key)
+    from_column = use_env_state and not blob_cameras
+    require_features(ds.features, root, cameras, from_column, action_key)
     for cam in cameras:
         if ds.features[F.image_key(cam)]["dtype"] != "video":
             raise ConfigError(f"dataset {root}: {F.image_key(cam)} is stored as images; training reads videos")
@@ -99,7 +109,7 @@ def load_frames(
     convention = dataset_convention(ds.features, ds.meta.robot_type, (F.STATE, action_col), f"dataset {root}")
     table = ds.hf_dataset.with_format("numpy")
     cols = [F.STATE, action_col, "episode_index", "frame_index", "timestamp", "task_index"]
-    cols += [env_col] if use_env_state else []
+    cols += [env_col] if from_column else []
     data = {c: np.asarray(table[c]) for c in cols}
     episodes = data["episode_index"].reshape(-1)
     start, end = _episode_bounds(episodes)
@@ -129,10 +139,15 @@ def load_frames(
                 return_uint8=True,
             )
             images[cam][first:last] = resize_images(frames, image_size_px)
+    env_states = data[env_col].astype(np.float32) if from_column else None
+    if use_env_state and blob_cameras:
+        env_states = blob_env_states(
+            {cam: images[cam].numpy() for cam in blob_cameras}, blob_cameras, start, end, float(ds.fps)
+        )
     return FrameTable(
         states=convention.to_radians(data[F.STATE]).astype(np.float32),
         actions=convention.to_radians(data[action_col]).astype(np.float32),
-        env_states=data[env_col].astype(np.float32) if use_env_state else None,
+        env_states=env_states,
         images=images,
         task_ids=data["task_index"].reshape(-1).astype(np.int64),
         tasks=tasks,

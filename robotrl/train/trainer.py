@@ -215,6 +215,7 @@ class Trainer:
                 self._policy_field("use_env_state"),
                 progress=progress,
                 action_key=cfg.action_key,
+                blob_cameras=tuple(self._policy_field("env_blob_cameras")),
             )
         )
         if resume_doc is None:

@@ -8,9 +8,15 @@ import pytest
 import torch
 from toy_data import INSTRUCTIONS, TINY, toy_obs
 
+from robotrl.cli import main
 from robotrl.core.errors import ConfigError
+from robotrl.core.robot import CameraSpec
+from robotrl.inference.stepped import run_stepped_episode
+from robotrl.policies.fastslow.config import FastSlowConfig
 from robotrl.policies.loading import load_policy
+from robotrl.record.blob import blob_env_states
 from robotrl.record.dataset import load_frames
+from robotrl.sim.env import TaskEnv
 from robotrl.train.loss import ENV_LOSS_WEIGHT, ESTIMATE_NOISE, flow_matching_loss
 from robotrl.train.trainer import TrainConfig, Trainer, train
 
@@ -84,8 +90,6 @@ def test_a_policy_that_estimates_the_privileged_state_from_its_cameras_reads_non
     np.testing.assert_allclose(read[0][0].numpy(), estimate, rtol=1e-6)
     loaded = load_policy(tmp_path / "estimate")
     assert loaded.metadata.env_state_dim == 0 and loaded.model.env_head is not None
-    from robotrl.policies.fastslow.config import FastSlowConfig
-
     with pytest.raises(ConfigError, match="estimate_env_state needs use_env_state"):
         FastSlowConfig(state_dim=6, action_dim=6, estimate_env_state=True)
 
@@ -93,3 +97,38 @@ def test_a_policy_that_estimates_the_privileged_state_from_its_cameras_reads_non
 def test_a_policy_that_reads_no_estimate_has_none_to_report(tiny_flow):
     policy = tiny_flow(cameras=("front",))
     assert policy.estimate_env_state(policy.encode_slow(toy_obs(INSTRUCTIONS[0], 0))) is None
+
+
+def test_a_blob_target_policy_learns_the_red_objects_track_that_any_recording_has(toy_dataset, tmp_path, capsys):
+    """`robotrl train --blob-target front`: the estimate's target is the red square's image
+    position, size and velocities in the front video (6 numbers; the dataset's simulator
+    state has 3), the checkpoint keeps where its target came from and reads no env_state."""
+    root, _ = toy_dataset
+    out = tmp_path / "blob"
+    args = ["train", "--dataset", str(root), "--out", str(out), "--steps", "3", "--batch-size", "4"]
+    args += ["--image-size", "32", "--horizon", "6", "--execute-steps", "3"]
+    assert main([*args, "--blob-target", "front"]) == 0
+    policy = load_policy(out)
+    c = policy.config
+    assert (c.use_env_state, c.estimate_env_state, c.env_blob_cameras, c.env_state_dim) == (True, True, ("front",), 6)
+    assert policy.metadata.env_state_dim == 0  # nothing privileged on the wire
+    frames = load_frames(root, image_size_px=32, progress=False)
+    labels = blob_env_states(frames.images, ("front",), frames.episode_start, frames.episode_end, frames.fps)
+    np.testing.assert_allclose(policy.normalizer.env_mean, labels.mean(0), atol=1e-5)
+    np.testing.assert_allclose(labels[:, 3], 60 / 32, rtol=0.02)  # 1 px a tick rightward at 30 Hz
+    # On the simulated track scene (env_state: the ball, 6 numbers) it runs as on a real arm,
+    # its estimate (image units) compared with nothing.
+    env = TaskEnv("track", cameras=(CameraSpec("front", 32, 32), CameraSpec("wrist", 32, 32)))
+    episode = run_stepped_episode(env, 0, "vlash", 2, policy=policy)
+    env.close()
+    assert episode.ticks == 180 and episode.estimate_errors is None
+    assert policy.estimate_env_state(policy.encode_slow(toy_obs(INSTRUCTIONS[0], 0))) is None
+    capsys.readouterr()
+    assert main([*args, "--blob-target", "front", "--env-state"]) == 2
+    assert "--blob-target replaces --env-state" in capsys.readouterr().err
+    assert main([*args, "--blob-target", "top", "--out", str(tmp_path / "top")]) == 2
+    assert "must be among the cameras read" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="env_blob_cameras"):
+        FastSlowConfig(use_env_state=True, env_state_dim=6, env_blob_cameras=("front",))
+    with pytest.raises(ConfigError, match="6 per camera"):
+        FastSlowConfig(use_env_state=True, estimate_env_state=True, env_state_dim=3, env_blob_cameras=("front",))
