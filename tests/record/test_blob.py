@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from recorded import SIM_JOINTS
+from recorded import record_expert_episode
 
 from robotrl.core.errors import ConfigError
-from robotrl.record import features as F
 from robotrl.record.blob import (
     MIN_AREA_FRACTION,
     blob_env_states,
@@ -107,17 +106,11 @@ def test_a_recorded_track_episode_gives_the_balls_motion_from_its_front_video(tm
     to right in the image, and its velocity), with no simulator state read."""
     from robotrl.core.robot import CameraSpec
     from robotrl.record.dataset import load_frames
-    from robotrl.record.loop import record_episode
-    from robotrl.record.writer import DatasetWriter
     from robotrl.sim.env import TaskEnv
-    from robotrl.sim.teleop import ExpertTeleop
 
     env = TaskEnv("track", cameras=(CameraSpec("front", 96, 96),))
     root = tmp_path / "track"
-    writer = DatasetWriter(root, F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS)
-    record_episode(env, ExpertTeleop(env), writer, seed=7, max_ticks=150)
-    writer.save_episode()
-    writer.close()
+    record_expert_episode(env, root, seed=7, max_ticks=150)
     env.close()
     blob = load_frames(root, ("front",), 96, use_env_state=True, blob_cameras=("front",), progress=False)
     sim = load_frames(root, (), use_env_state=True, progress=False)

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from recorded import SIM_JOINTS, load
+from recorded import load, record_expert_episode
 
 from robotrl.cli import main
 from robotrl.record import features as F
-from robotrl.record.loop import record_episode
 from robotrl.record.writer import DatasetWriter
 from robotrl.sim.env import TaskEnv
-from robotrl.sim.teleop import ExpertTeleop
 
 
 class KeepingWriter(DatasetWriter):
@@ -44,10 +42,7 @@ def test_recorded_videos_keep_a_small_ball_where_it_was_rendered(tmp_path):
 
     env = TaskEnv("track", cameras=(CameraSpec("front", 96, 96), CameraSpec("wrist", 96, 96)))
     root = tmp_path / "track"
-    writer = KeepingWriter(root, F.dataset_features(env.spec, SIM_JOINTS, env.env_state_dim), 30, SIM_JOINTS)
-    record_episode(env, ExpertTeleop(env), writer, seed=3, max_ticks=60)
-    writer.save_episode()
-    writer.close()
+    writer = record_expert_episode(env, root, seed=3, max_ticks=60, writer_class=KeepingWriter)
     env.close()
     ds = load(root)
     info = json.loads((root / "meta" / "info.json").read_text())["features"][F.image_key("front")]["info"]
