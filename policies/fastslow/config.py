@@ -141,8 +141,13 @@ class FastSlowConfig:
             raise ConfigError("FastSlowConfig.use_env_state needs env_state_dim >= 1")
         if self.estimate_env_state and (not self.use_env_state or not self.cameras):
             raise ConfigError("FastSlowConfig.estimate_env_state needs use_env_state and at least one camera")
-        if self.env_blob_cameras:
-            self._check_blob_cameras()
+        if self.env_blob_cameras and (
+            not self.estimate_env_state or set(self.env_blob_cameras) - set(self.cameras) or self.env_object_dim
+        ):
+            raise ConfigError(
+                f"FastSlowConfig.env_blob_cameras {list(self.env_blob_cameras)} needs estimate_env_state, "
+                f"cameras among {list(self.cameras)} and no env_object_dim"
+            )
         if self.env_object_dim < 0 or (
             self.env_object_dim and (not self.use_env_state or self.env_state_dim % self.env_object_dim)
         ):
@@ -173,21 +178,6 @@ class FastSlowConfig:
         object.__setattr__(self, "env_blob_cameras", tuple(self.env_blob_cameras))
         object.__setattr__(self, "instructions", tuple(str(i) for i in self.instructions))
         object.__setattr__(self, "cnn_channels", tuple(int(c) for c in self.cnn_channels))
-
-    def _check_blob_cameras(self) -> None:
-        from robotrl.record.blob import FEATURES_PER_CAMERA
-
-        if (
-            not self.estimate_env_state
-            or set(self.env_blob_cameras) - set(self.cameras)
-            or self.env_state_dim != FEATURES_PER_CAMERA * len(self.env_blob_cameras)
-            or self.env_object_dim
-        ):
-            raise ConfigError(
-                f"FastSlowConfig.env_blob_cameras {list(self.env_blob_cameras)} needs estimate_env_state, "
-                f"cameras among {list(self.cameras)}, env_state_dim {FEATURES_PER_CAMERA} per camera "
-                f"(got {self.env_state_dim}) and no env_object_dim"
-            )
 
     @property
     def reads_env_state(self) -> bool:

@@ -35,7 +35,6 @@ hidden (partly occluded, e.g. behind the gripper: its centroid is off)."""
 HALF_WINDOW = 6
 """Ticks either side of the central difference (0.2 s at 30 Hz). On `track`'s demonstrations
 the front camera's horizontal velocity correlates 0.98 with the ball's (0.84 with 2)."""
-FEATURES_PER_CAMERA = 6
 CHUNK_FRAMES = 2048
 """Frames converted to HSV at once (bounds the temporary copy's memory)."""
 

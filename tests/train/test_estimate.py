@@ -130,5 +130,5 @@ def test_a_blob_target_policy_learns_the_red_objects_track_that_any_recording_ha
     assert "must be among the cameras read" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="env_blob_cameras"):
         FastSlowConfig(use_env_state=True, env_state_dim=6, env_blob_cameras=("front",))
-    with pytest.raises(ConfigError, match="6 per camera"):
-        FastSlowConfig(use_env_state=True, estimate_env_state=True, env_state_dim=3, env_blob_cameras=("front",))
+    with pytest.raises(ConfigError, match="cameras among"):
+        FastSlowConfig(use_env_state=True, estimate_env_state=True, env_state_dim=6, env_blob_cameras=("top",))
