@@ -19,13 +19,15 @@ from robotrl.core.episode import Observation, Step
 from robotrl.core.robot import CameraSpec, RobotSpec
 from robotrl.core.seeds import SEED_STRIDE
 from robotrl.core.task import TaskOutcome
+from robotrl.hardware.camera_geometry import CameraRig
 from robotrl.hardware.models import get_arm
 from robotrl.hardware.safety import SafeRobot, SafetyLimits
+from robotrl.hardware.sim_arm.render import camera_rig
 from robotrl.hardware.sim_arm.robot import DEFAULT_CAMERAS, SimRobot
 from robotrl.hardware.sim_arm.scene import build_arm_spec
 from robotrl.sim.scenario import Scenario, get_scenario
 from robotrl.sim.tasks import make_task
-from robotrl.sim.tasks.base import Expert, Task
+from robotrl.sim.tasks.base import BALL_RADIUS_M, Expert, Task
 
 
 class TaskEnv:
@@ -119,6 +121,11 @@ class TaskEnv:
         self._rate.sleep()
         out = self.score(self.tick + 1)
         return Step(self._observe(), sent, out.reward, out.success, out.done, out.info)
+
+    def camera_rig(self) -> CameraRig:
+        """The exact calibration of the rendered cameras (`robotrl.hardware.camera_geometry`),
+        the tracked object being the tasks' red ball."""
+        return camera_rig(self.sim.model, self.sim.arm.ee_frame, self.sim.spec.cameras, 2 * BALL_RADIUS_M)
 
     def close(self) -> None:
         self.robot.disconnect()

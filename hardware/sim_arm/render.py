@@ -6,6 +6,7 @@ import mujoco
 import numpy as np
 
 from robotrl.core.robot import CameraSpec
+from robotrl.hardware.camera_geometry import CameraCalibration, CameraRig
 
 
 class CameraRenderer:
@@ -37,3 +38,49 @@ class CameraRenderer:
         for renderer in self._renderers.values():
             renderer.close()
         self._renderers.clear()
+
+
+def camera_rig(
+    model: mujoco.MjModel, ee_frame: str, cameras: tuple[CameraSpec, ...], object_diameter_m: float
+) -> CameraRig:
+    """The exact calibration of the model's `cameras` at their sizes: a camera on a body
+    fixed to the world is mounted on "base" (MuJoCo's world frame is the URDF's root:
+    `build_arm_spec`), one on a body rigid with `ee_frame` (the wrist camera) on "ee";
+    ValueError for any other."""
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    ee = model.body(ee_frame).id
+    ee_rot, ee_pos = data.xmat[ee].reshape(3, 3), data.xpos[ee]
+    rig = {}
+    for spec in cameras:
+        cam = model.camera(spec.name)
+        rot = data.cam_xmat[cam.id].reshape(3, 3) @ np.diag([1.0, -1.0, -1.0])  # MuJoCo looks along -z, y up
+        pos = data.cam_xpos[cam.id]
+        body = int(cam.bodyid[0])
+        on_base = _rigid_below(model, 0, body)
+        if not on_base:
+            if not _rigid_below(model, body, ee):
+                raise ValueError(f"camera {spec.name} moves on its own: neither on the table nor on {ee_frame}")
+            rot, pos = ee_rot.T @ rot, ee_rot.T @ (pos - ee_pos)
+        fy = spec.height_px / 2 / np.tan(np.radians(float(cam.fovy[0])) / 2)
+        rig[spec.name] = CameraCalibration(
+            width_px=spec.width_px,
+            height_px=spec.height_px,
+            fx=fy,
+            fy=fy,
+            cx=(spec.width_px - 1) / 2,
+            cy=(spec.height_px - 1) / 2,
+            mount="base" if on_base else "ee",
+            position_m=pos.copy(),
+            rotation=rot.copy(),
+        )
+    return CameraRig(rig, object_diameter_m)
+
+
+def _rigid_below(model: mujoco.MjModel, ancestor: int, body: int) -> bool:
+    """Whether `body` is `ancestor` or hangs from it with no joint between them."""
+    while body != ancestor:
+        if body == 0 or model.body_jntnum[body] > 0:
+            return False
+        body = int(model.body_parentid[body])
+    return True

@@ -117,14 +117,21 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
     args.root = dataset_root(args.root, args.repo_id, args.push_to_hub)
     apply_fleet(args)
+    from robotrl.sim.env import TaskEnv
+
     session = _make_session(args)
+    rig = session.camera_rig() if isinstance(session, TaskEnv) and session.spec.cameras else None
     try:
         summary, before, after, writer = _record(args, session)
     finally:
         session.close()
+    from robotrl.hardware.camera_geometry import save_rig
+    from robotrl.record.features import CAMERA_CALIBRATION
     from robotrl.record.pack import pack
 
     files = pack(args.root) if after > before else None
+    if rig is not None and (args.root / "meta").is_dir():  # exact cameras, for `train --ball-target`
+        save_rig(rig, args.root / CAMERA_CALIBRATION)
     _report(args, summary, before, after, files)
     if args.push_to_hub:
         url = writer.push_to_hub(private=args.private)

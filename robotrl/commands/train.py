@@ -9,6 +9,7 @@ from pathlib import Path
 from robotrl.commands.flags import add_device_arguments, add_field, resolve_device
 from robotrl.core.errors import UserError
 from robotrl.policies.fastslow.config import ACTION_MODES, FastSlowConfig
+from robotrl.record import features as F
 from robotrl.sim.tasks import TASKS
 from robotrl.train.trainer import TrainConfig
 
@@ -56,28 +57,13 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_privileged_arguments(parser: argparse.ArgumentParser) -> None:
     """What the fast pathway may read beyond joints and cameras: the environment's state
-    (privileged from a simulated dataset, or estimated: a red object's track in any
-    recording), end-effector features."""
+    (privileged from a simulated dataset, or estimated), end-effector features."""
     parser.add_argument(
         "--env-state",
         action="store_true",
         help="give the fast pathway the privileged sim.environment_state (sim datasets)",
     )
-    parser.add_argument(
-        "--estimate-env-state",
-        action="store_true",
-        help="with --env-state: the slow pathway learns to estimate it from the cameras (an auxiliary "
-        "loss) and the fast pathway gets the estimate, so the policy reads only cameras and joints "
-        "(in training it reads the env state plus noise of 0.005 in its units: m, m/s)",
-    )
-    parser.add_argument(
-        "--blob-target",
-        metavar="CAMERAS",
-        default="",
-        help="instead of --env-state --estimate-env-state's simulator state: the slow pathway learns to "
-        "estimate the red object's track in these cameras' recorded frames (image position, size, "
-        "velocities; e.g. front,wrist), which a real arm's recording gives",
-    )
+    _add_estimate_arguments(parser)
     parser.add_argument(
         "--env-objects",
         type=int,
@@ -98,6 +84,37 @@ def _add_privileged_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="give the fast pathway end-effector features "
         "of the state from ARM's forward kinematics (e.g. so101; default: off)",
+    )
+
+
+def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    """An env_state the slow pathway estimates from the cameras: the simulator's, or one any
+    recording gives (a red object's image track, or its base-frame position from calibrated
+    cameras)."""
+    parser.add_argument(
+        "--estimate-env-state",
+        action="store_true",
+        help="with --env-state: the slow pathway learns to estimate it from the cameras (an auxiliary "
+        "loss) and the fast pathway gets the estimate, so the policy reads only cameras and joints "
+        "(in training it reads the env state plus noise of 0.005 in its units: m, m/s)",
+    )
+    parser.add_argument(
+        "--blob-target",
+        metavar="CAMERAS",
+        default="",
+        help="instead of --env-state --estimate-env-state's simulator state: the slow pathway learns to "
+        "estimate the red object's track in these cameras' recorded frames (image position, size, "
+        "velocities; e.g. front,wrist), which a real arm's recording gives",
+    )
+    parser.add_argument(
+        "--ball-target",
+        metavar="CALIBRATION",
+        nargs="?",
+        const="",
+        help="instead of --env-state --estimate-env-state's simulator state: the slow pathway learns to "
+        "estimate the red ball's position and velocity in the base frame, triangulated in the recorded "
+        "frames of the cameras this calibration file describes (without a value: the dataset's "
+        f"{F.CAMERA_CALIBRATION}, which `robotrl record` writes for the simulated arm's cameras)",
     )
 
 
@@ -172,8 +189,9 @@ def run(args: argparse.Namespace) -> int:
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
     blob_cameras = tuple(c for c in args.blob_target.split(",") if c)
-    if blob_cameras and args.env_state:
-        raise UserError("--blob-target replaces --env-state (the simulator's state): give one of them")
+    ball = None if args.ball_target is None else Path(args.ball_target or args.dataset / F.CAMERA_CALIBRATION)
+    if sum((bool(blob_cameras), ball is not None, args.env_state)) > 1:
+        raise UserError("--blob-target, --ball-target and --env-state (the simulator's state) exclude each other")
     policy = {
         "horizon": args.horizon,
         "execute_steps": args.execute_steps,
@@ -181,8 +199,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         "past_frame_ticks": args.past_frame_ticks,
         "past_frames": args.past_frames,
         "cameras": tuple(c for c in args.cameras.split(",") if c),
-        "use_env_state": args.env_state or bool(blob_cameras),
-        "estimate_env_state": args.estimate_env_state or bool(blob_cameras),
+        "use_env_state": args.env_state or bool(blob_cameras) or ball is not None,
+        "estimate_env_state": args.estimate_env_state or bool(blob_cameras) or ball is not None,
         "env_blob_cameras": blob_cameras,
         "env_object_dim": args.env_objects,
         "relative_objects": args.relative_objects,
@@ -196,6 +214,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         batch_size=args.batch_size,
         lr=args.lr,
         action_key=args.action_key,
+        ball_calibration=ball,
         k_max=args.k_max,
         k_zero_prob=args.k_zero_prob,
         forward_noise=args.forward_noise,

@@ -17,9 +17,13 @@ import numpy as np
 import torch
 
 from robotrl.core.errors import ConfigError
-from robotrl.hardware.lerobot_arm.convention import dataset_convention
+from robotrl.hardware.camera_geometry import CameraRig, load_rig
+from robotrl.hardware.kinematics import Kinematics
+from robotrl.hardware.lerobot_arm.convention import dataset_convention, model_of
+from robotrl.hardware.models import get_arm
 from robotrl.policies.fastslow.slow import resize_images
 from robotrl.record import features as F
+from robotrl.record.ball import ball_env_states
 from robotrl.record.blob import blob_env_states
 
 log = logging.getLogger(__name__)
@@ -35,7 +39,8 @@ class FrameTable:
     """(N, A) float32 joint targets, radians (executed, or the teleop's: `load_frames`)."""
     env_states: np.ndarray | None
     """(N, E) float32 env_state: the privileged sim.environment_state, or the red object's
-    track in the images (`robotrl.record.blob`), or None."""
+    track in the images (`robotrl.record.blob`), or the red ball's position and velocity
+    from calibrated cameras (`robotrl.record.ball`), or None."""
     images: dict[str, torch.Tensor]
     """camera -> (N, 3, S, S) uint8."""
     task_ids: np.ndarray
@@ -82,6 +87,7 @@ def load_frames(
     progress: bool = True,
     action_key: str = F.ACTION,
     blob_cameras: tuple[str, ...] = (),
+    ball_calibration: Path | None = None,
 ) -> FrameTable:
     """Read the dataset at `root` into RAM (HF hub offline: set HF_HUB_OFFLINE=1). The
     training targets come from `action_key`: "action" (executed) or "teleop.action" (what
@@ -89,7 +95,9 @@ def load_frames(
     `use_env_state`, env_state is the dataset's sim.environment_state, or with
     `blob_cameras` (a subset of `cameras`) the red object's track in those cameras'
     frames at `image_size_px` (`robotrl.record.blob.blob_env_states`), which any
-    recording has."""
+    recording has, or with `ball_calibration` (a camera calibration file,
+    `robotrl.hardware.camera_geometry`) the red ball's base-frame position and velocity
+    from the calibrated cameras among `cameras` (`robotrl.record.ball`)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.datasets.video_utils import decode_video_frames
     from tqdm import tqdm
@@ -97,10 +105,15 @@ def load_frames(
     root = Path(root)
     if set(blob_cameras) - set(cameras):
         raise ConfigError(f"blob target cameras {list(blob_cameras)} must be among the cameras read {list(cameras)}")
+    rig = load_rig(ball_calibration) if ball_calibration is not None else None
+    if rig is not None and not set(rig.cameras) & set(cameras):
+        raise ConfigError(
+            f"{ball_calibration} calibrates {list(rig.cameras)}: none of the cameras read {list(cameras)}"
+        )
     if not (root / "meta" / "info.json").is_file():
         raise FileNotFoundError(f"no LeRobot dataset at {root} (missing meta/info.json)")
     ds = LeRobotDataset(f"local/{root.name}", root=root, video_backend="pyav")
-    from_column = use_env_state and not blob_cameras
+    from_column = use_env_state and not blob_cameras and rig is None
     require_features(ds.features, root, cameras, from_column, action_key)
     for cam in cameras:
         if ds.features[F.image_key(cam)]["dtype"] != "video":
@@ -144,6 +157,8 @@ def load_frames(
         env_states = blob_env_states(
             {cam: images[cam].numpy() for cam in blob_cameras}, blob_cameras, start, end, float(ds.fps)
         )
+    if use_env_state and rig is not None:
+        env_states = _ball_labels(ds, rig, images, convention.to_radians(data[F.STATE]), start, end)
     return FrameTable(
         states=convention.to_radians(data[F.STATE]).astype(np.float32),
         actions=convention.to_radians(data[action_col]).astype(np.float32),
@@ -156,6 +171,26 @@ def load_frames(
         fps=float(ds.fps),
         joint_units=convention.name,
     )
+
+
+def _ball_labels(ds, rig: CameraRig, images: dict[str, torch.Tensor], states_rad, start, end) -> np.ndarray:
+    """`ball_env_states` from the calibrated cameras among `images`; ConfigError where the
+    calibration does not fit the recording (frame shape, arm)."""
+    cams = [c for c in images if c in rig.cameras]
+    for cam in cams:
+        height, width = ds.features[F.image_key(cam)]["shape"][:2]
+        calibrated = rig.cameras[cam]
+        if abs(width / height - calibrated.width_px / calibrated.height_px) > 0.01:
+            raise ConfigError(
+                f"camera {cam} records {width}x{height} frames, calibrated at "
+                f"{calibrated.width_px}x{calibrated.height_px}: a different aspect ratio (cropped?)"
+            )
+    model = model_of(ds.meta.robot_type)
+    if model is None and any(rig.cameras[c].mount == "ee" for c in cams):
+        raise ConfigError(f"dataset robot_type {ds.meta.robot_type!r} names no known arm to place the gripper camera")
+    kinematics = Kinematics(get_arm(model)) if model else None
+    log.info("ball target from the calibrated cameras %s", ", ".join(cams))
+    return ball_env_states({c: images[c].numpy() for c in cams}, rig, states_rad, kinematics, start, end, float(ds.fps))
 
 
 def frame_tolerance_s(tolerance_s: float, last_s: float) -> float:

@@ -27,6 +27,9 @@ from __future__ import annotations
 from robotrl.core.robot import RobotSpec
 from robotrl.hardware.lerobot_arm.convention import JointConvention
 
+CAMERA_CALIBRATION = "meta/camera_calibration.json"
+"""Where in a dataset `robotrl record` keeps its cameras' calibration
+(`robotrl.hardware.camera_geometry`; the simulated arm's are exact), relative to the root."""
 STATE = "observation.state"
 ACTION = "action"
 TELEOP_ACTION = "teleop.action"

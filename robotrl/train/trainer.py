@@ -69,6 +69,10 @@ class TrainConfig:
     action_key: str = "action"
     """Dataset column of the targets: "action" (executed) or "teleop.action" (the teleop's
     clean targets of a `robotrl record --perturb` dataset)."""
+    ball_calibration: Path | None = None
+    """A camera calibration file (`robotrl.hardware.camera_geometry`): the env_state the
+    policy learns to estimate is the red ball's base-frame position and velocity seen by
+    the calibrated cameras (`robotrl.record.ball`), instead of the simulator's."""
     k_max: int = 8
     """VLASH offset: k ~ U{0..k_max} per example (0: no offset augmentation)."""
     k_zero_prob: float = 0.5
@@ -216,6 +220,7 @@ class Trainer:
                 progress=progress,
                 action_key=cfg.action_key,
                 blob_cameras=tuple(self._policy_field("env_blob_cameras")),
+                ball_calibration=cfg.ball_calibration,
             )
         )
         if resume_doc is None:

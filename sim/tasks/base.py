@@ -22,11 +22,15 @@ def sim_data(robot: SimRobot) -> mujoco.MjData:
     return robot.data
 
 
+BALL_RADIUS_M = 0.015
+
+
 def add_ball(spec: mujoco.MjSpec, name: str, pos_m: list[float]) -> None:
-    """A red 15 mm ball on mocap body `name` at `pos_m`: the task moves it, nothing collides."""
+    """A red ball (`BALL_RADIUS_M`) on mocap body `name` at `pos_m`: the task moves it,
+    nothing collides."""
     body = spec.worldbody.add_body(name=name, mocap=True, pos=pos_m)
     body.add_geom(
-        type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.015, 0, 0], rgba=[0.9, 0.1, 0.1, 1], contype=0, conaffinity=0
+        type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[BALL_RADIUS_M, 0, 0], rgba=[0.9, 0.1, 0.1, 1], contype=0, conaffinity=0
     )
 
 

@@ -60,12 +60,13 @@ from robotrl.core.clock import Rate, WallClock
 from robotrl.core.errors import ConfigError
 from robotrl.core.robot import CameraSpec
 from robotrl.core.seeds import SEED_STRIDE
+from robotrl.hardware.camera_geometry import save_rig
 from robotrl.hardware.models import get_arm
-from robotrl.hardware.sim_arm.render import CameraRenderer
+from robotrl.hardware.sim_arm.render import CameraRenderer, camera_rig
 from robotrl.hardware.sim_arm.robot import DEFAULT_CAMERAS, SimRobot
 from robotrl.hardware.sim_arm.scene import build_arm_spec
 from robotrl.sim.tasks import make_task
-from robotrl.sim.tasks.base import Expert
+from robotrl.sim.tasks.base import BALL_RADIUS_M, Expert
 from robotrl.sim.twin.bus import SimServoBus
 from robotrl.sim.twin.calibration import install_calibration, twin_calibration
 from robotrl.sim.twin.cameras import FramePublisher
@@ -76,6 +77,8 @@ ARM = "so101"
 """The twin's arm: lerobot's SO-101 follower and leader."""
 SCENE_CAMERAS = tuple(c.name for c in DEFAULT_CAMERAS)
 """Cameras the arm's scene has ("front", "wrist")."""
+CAMERA_CALIBRATION_FILE = "camera_calibration.json"
+"""The cameras' calibration, in the calibration folder (`robotrl.hardware.camera_geometry`)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,8 @@ class TwinInfo:
     """`HF_LEROBOT_CALIBRATION` for the commands."""
     cameras: str
     """Their `--cameras` map (JSON), '' without cameras."""
+    camera_calibration: str
+    """The cameras' exact calibration file (`train --ball-target`), '' without cameras."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -198,6 +203,11 @@ class Twin:
         self.publishers = [FramePublisher(name, h, w, fps=config.fps) for name in config.cameras]
         self._renderer: CameraRenderer | None = None
         self._calibration_dir = Path(calibration_dir)
+        self._camera_file = ""
+        if self.publishers:  # as a user calibrates a real arm's cameras: a file beside the arm's
+            specs = tuple(CameraSpec(p.name, h, w) for p in self.publishers)
+            self._camera_file = str(self._calibration_dir / CAMERA_CALIBRATION_FILE)
+            save_rig(camera_rig(self.sim.model, self.sim.arm.ee_frame, specs, 2 * BALL_RADIUS_M), self._camera_file)
         self._reset_requested = threading.Event()
         self._expert: Expert | None = None
         self._driven = False
@@ -218,6 +228,7 @@ class Twin:
             self.config.leader_id,
             str(self._calibration_dir),
             json.dumps(cameras) if cameras else "",
+            self._camera_file,
         )
 
     def request_reset(self) -> None:

@@ -16,6 +16,7 @@ from recorded import SIM_JOINTS, load
 
 from robotrl.cli import main
 from robotrl.core.robot import RobotState
+from robotrl.hardware.camera_geometry import load_rig
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopEvents
 from robotrl.record import features as F
 from robotrl.record.loop import record_episode
@@ -68,6 +69,9 @@ def test_recorded_sim_dataset_loads_with_lerobot(tmp_path, capsys):
     # The last frame of each episode is a success (the expert touched the ball).
     last = ds[lengths[0] - 1]
     assert bool(last[F.SUCCESS])
+    # The cameras' exact calibration is kept with the dataset (for `train --ball-target`).
+    rig = load_rig(root / F.CAMERA_CALIBRATION)
+    assert {n: (c.mount, c.width_px) for n, c in rig.cameras.items()} == {"front": ("base", 64), "wrist": ("ee", 64)}
 
 
 class JumpTeleop:

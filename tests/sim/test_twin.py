@@ -23,6 +23,7 @@ import pytest
 
 from robotrl.cli import main
 from robotrl.core.errors import ConfigError
+from robotrl.hardware.camera_geometry import load_rig
 from robotrl.hardware.kinematics import Kinematics
 from robotrl.hardware.models import ARMS
 from robotrl.sim.twin.bus import SimServoBus
@@ -331,17 +332,19 @@ def test_sigterm_exits_0_quickly_and_leaves_the_users_folder(tmp_path: Path) -> 
     mine = folder / "robots" / "so_follower" / "my_real_arm.json"
     mine.write_text("{}")
     proc, info = start_twin(tmp_path, "--calibration-dir", str(folder), "--robot-id", "twin_arm")
-    assert set(info) == {"follower_port", "leader_port", "robot_id", "leader_id", "calibration_dir", "cameras"}
+    keys = {"follower_port", "leader_port", "robot_id", "leader_id", "calibration_dir", "cameras", "camera_calibration"}
+    assert set(info) == keys
     assert info["calibration_dir"] == str(folder) and info["robot_id"] == "twin_arm"
     assert Path(info["follower_port"]).exists() and Path(info["leader_port"]).exists()
     assert set(json.loads(info["cameras"])) == {"front", "wrist"}
+    assert set(load_rig(info["camera_calibration"]).cameras) == {"front", "wrist"}
     assert stop_twin(proc) < 5 and proc.returncode == 0, (tmp_path / "twin.err").read_text()[-3000:]
     assert mine.read_text() == "{}"  # the user's files stay, and the twin's own calibration too
     assert (folder / "robots" / "so_follower" / "twin_arm.json").is_file()
     assert (folder / "teleoperators" / "so_leader" / "leader.json").is_file()
     # Without --calibration-dir the twin makes (and at exit removes) a folder of its own.
     proc, info = start_twin(tmp_path, "--camera-names", "")
-    assert info["cameras"] == "" and Path(info["calibration_dir"]).is_dir()
+    assert info["cameras"] == info["camera_calibration"] == "" and Path(info["calibration_dir"]).is_dir()
     assert stop_twin(proc) < 5 and proc.returncode == 0
     assert not Path(info["calibration_dir"]).exists()
 
