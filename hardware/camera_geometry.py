@@ -30,6 +30,7 @@ import cv2
 import numpy as np
 
 from robotrl.core.errors import ConfigError
+from robotrl.fsutil import replace_json
 
 MOUNTS = ("base", "ee")
 
@@ -105,7 +106,7 @@ def load_rig(path: Path | str) -> CameraRig:
 
 
 def save_rig(rig: CameraRig, path: Path | str) -> None:
-    """Write `rig` in the format `load_rig` reads."""
+    """Write `rig` in the format `load_rig` reads (atomically)."""
     cameras = {
         name: {
             "width_px": c.width_px,
@@ -121,7 +122,7 @@ def save_rig(rig: CameraRig, path: Path | str) -> None:
         }
         for name, c in rig.cameras.items()
     }
-    Path(path).write_text(json.dumps({"object_diameter_m": rig.object_diameter_m, "cameras": cameras}, indent=1))
+    replace_json(Path(path), {"object_diameter_m": rig.object_diameter_m, "cameras": cameras}, indent=1)
 
 
 def camera_rays(cam: CameraCalibration, uv: np.ndarray) -> np.ndarray:

@@ -126,12 +126,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         session.close()
     from robotrl.hardware.camera_geometry import save_rig
+    from robotrl.record.commit import commit
     from robotrl.record.features import CAMERA_CALIBRATION
     from robotrl.record.pack import pack
 
     files = pack(args.root) if after > before else None
     if rig is not None and (args.root / "meta").is_dir():  # exact cameras, for `train --ball-target`
         save_rig(rig, args.root / CAMERA_CALIBRATION)
+        commit(args.root)  # part of the dataset's last good state, so `--resume` keeps it as it is
     _report(args, summary, before, after, files)
     if args.push_to_hub:
         url = writer.push_to_hub(private=args.private)
