@@ -206,6 +206,7 @@ class Trainer:
         if resume_doc is not None and resume_doc.get("policy_type") != POLICY_TYPE:
             raise ConfigError(f"{cfg.out} holds a {resume_doc.get('policy_type')!r} policy, not {POLICY_TYPE!r}")
         if resume_doc is not None:
+            _check_same_targets(resume_doc, cfg)
             self.config = FastSlowConfig.from_checkpoint(resume_doc)
             self.vocab = Vocabulary(resume_doc["vocabulary"])
             self.normalizer = Normalizer.from_dict(resume_doc["normalization"])
@@ -431,6 +432,15 @@ def train(
     if resume:
         trainer.resume()
     return trainer.train()
+
+
+def _check_same_targets(doc: dict, cfg: TrainConfig) -> None:
+    """ConfigError when a resumed run would estimate another env_state than it started on
+    (the ball from calibrated cameras against the dataset's own column)."""
+    saved = doc.get("training", {}).get("train_config", {}).get("ball_calibration")
+    if (saved is None) != (cfg.ball_calibration is None):
+        how = f"with --ball-target {saved}" if saved else "without --ball-target"
+        raise ConfigError(f"the run in {cfg.out} was trained {how}: resume it the same way")
 
 
 def _has_training_state(path: Path) -> bool:

@@ -157,6 +157,9 @@ def test_a_ball_target_policy_learns_the_balls_base_frame_state_from_calibrated_
     c = policy.config
     assert (c.use_env_state, c.estimate_env_state, c.env_blob_cameras, c.env_state_dim) == (True, True, (), 6)
     assert policy.metadata.env_state_dim == 0
+    capsys.readouterr()
+    assert main([*args, "--out", str(out), "--resume", "--env-state", "--estimate-env-state"]) == 2
+    assert f"the run in {out} was trained with --ball-target {root / CAMERA_CALIBRATION}" in capsys.readouterr().err
     env = TaskEnv("track", cameras=(CameraSpec("front", 32, 32), CameraSpec("wrist", 32, 32)))
     episode = run_stepped_episode(env, 0, "vlash", 2, policy=policy)
     env.close()
