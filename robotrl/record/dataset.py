@@ -152,15 +152,16 @@ def load_frames(
                 return_uint8=True,
             )
             images[cam][first:last] = resize_images(frames, image_size_px)
+    states_rad = convention.to_radians(data[F.STATE])
     env_states = data[env_col].astype(np.float32) if from_column else None
     if use_env_state and blob_cameras:
         env_states = blob_env_states(
             {cam: images[cam].numpy() for cam in blob_cameras}, blob_cameras, start, end, float(ds.fps)
         )
     if use_env_state and rig is not None:
-        env_states = _ball_labels(ds, rig, images, convention.to_radians(data[F.STATE]), start, end)
+        env_states = _ball_labels(ds, rig, images, states_rad, start, end)
     return FrameTable(
-        states=convention.to_radians(data[F.STATE]).astype(np.float32),
+        states=states_rad.astype(np.float32),
         actions=convention.to_radians(data[action_col]).astype(np.float32),
         env_states=env_states,
         images=images,
