@@ -1,7 +1,8 @@
 """`robotrl` command line.
 
-Subcommands live in `robotrl/commands/<name>.py`, each with `add_arguments(parser)` and
-`run(args) -> int`; they are imported only when chosen, so `robotrl --help` stays fast.
+Subcommands live in `robotrl/commands/<name>.py` (`-` in a name is `_` there), each with
+`add_arguments(parser)` and `run(args) -> int`; they are imported only when chosen, so
+`robotrl --help` stays fast.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "health": "ask a running inference server how it is (threads, errors, queue, batches/s, learner)",
     "twin": "the MuJoCo SO-101 behind simulated Feetech buses (follower + expert-driven leader) and cameras, "
     "for the real-arm commands",
+    "calibrate-cameras": "fit the camera calibration file (lenses, the gripper camera's place on the hand, the "
+    "fixed cameras' on the table) from a recording of a chessboard",
     "keys": "write a CURVE keypair (server or client) for encrypted, allow-listed transport",
 }
 
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("OpenGL", "lerobot"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    module = importlib.import_module(f"robotrl.commands.{known.command}")
+    module = importlib.import_module(f"robotrl.commands.{known.command.replace('-', '_')}")
     parser = argparse.ArgumentParser(prog=f"robotrl {known.command}", description=COMMANDS[known.command])
     module.add_arguments(parser)
     args = parser.parse_args(rest)

@@ -95,3 +95,34 @@ class CartesianMover:
     def reference_m(self) -> np.ndarray:
         assert self._ref is not None
         return self._ref.copy()
+
+
+class JointMover:
+    """Walks joint targets toward a joint-space goal, each joint at most `step_rad` a
+    tick, starting from the measured joints on the first `step` after `forget`."""
+
+    def __init__(self, kinematics: Kinematics, step_rad: float) -> None:
+        self.kin = kinematics
+        self.step_rad = step_rad
+        self._q: np.ndarray | None = None
+
+    def forget(self) -> None:
+        self._q = None
+
+    def reanchor_joints(self, q_rad: np.ndarray) -> None:
+        """Go on from joint state `q_rad` (no change before the first `step`)."""
+        if self._q is not None:
+            self._q = np.array(q_rad, dtype=np.float64)
+
+    def step(self, q_rad: np.ndarray, goal_rad: np.ndarray) -> np.ndarray:
+        """(J,) joint target one tick closer to (J,) `goal_rad` from measured `q_rad`."""
+        if self._q is None:
+            self._q = np.array(q_rad, dtype=np.float64)
+        self._q = self._q + np.clip(np.asarray(goal_rad) - self._q, -self.step_rad, self.step_rad)
+        return self._q.copy()
+
+    @property
+    def reference_m(self) -> np.ndarray:
+        """(3,) end-effector position at the current joint target, metres."""
+        assert self._q is not None, "call step() first"
+        return self.kin.ee_position(self._q)

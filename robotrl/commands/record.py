@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task",
         default="pick_place",
-        help="sim: task name (reach, pick_place, track); real arm: the instruction stored with every frame",
+        help="sim: task name (reach, pick_place, track, calibrate); real arm: the instruction stored with every frame",
     )
     parser.add_argument("--teleop", default="expert", help=f"teleop device: {', '.join(TELEOPS)} (expert: sim only)")
     add_field(parser, "--episodes", RecordConfig, "episodes to save")

@@ -9,7 +9,7 @@ from robotrl.core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", default="reach", help="task: reach, pick_place or track (default: reach)")
+    parser.add_argument("--task", default="reach", help="task: reach, pick_place, track or calibrate (default: reach)")
     parser.add_argument("--policy", default="expert", help="expert (scripted, IK-based) or random")
     parser.add_argument("--episodes", type=int, default=5, help="number of episodes (default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode; episode i uses seed+i")

@@ -30,7 +30,7 @@ from robotrl.sim.twin.twin import Twin, TwinConfig, TwinInfo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_field(parser, "--task", TwinConfig, "task scene and scripted expert: reach, pick_place or track")
+    add_field(parser, "--task", TwinConfig, "task scene and scripted expert: reach, pick_place, track or calibrate")
     add_field(parser, "--seed", TwinConfig, "seed of the first scene; each reset takes the next")
     add_field(parser, "--rate-hz", TwinConfig, "control ticks per second (bus registers, expert, physics targets)")
     add_field(parser, "--fps", TwinConfig, "camera frames per second (at most --rate-hz)")

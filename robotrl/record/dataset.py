@@ -99,7 +99,6 @@ def load_frames(
     `robotrl.hardware.camera_geometry`) the red ball's base-frame position and velocity
     from the calibrated cameras among `cameras` (`robotrl.record.ball`)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
-    from lerobot.datasets.video_utils import decode_video_frames
     from tqdm import tqdm
 
     root = Path(root)
@@ -137,20 +136,8 @@ def load_frames(
     firsts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
     for first in tqdm(firsts, desc="decoding videos", unit="ep", disable=not progress):
         ep, last = int(episodes[first]), int(end[first])
-        episodes_meta = ds.meta.episodes
-        if episodes_meta is None:  # loaded whenever the dataset has episodes
-            raise ConfigError(f"dataset {root}: meta lists no episodes")
-        meta = episodes_meta[ep]
         for cam in cameras:
-            key = F.image_key(cam)
-            ts = (timestamps[first:last] + meta[f"videos/{key}/from_timestamp"]).tolist()
-            frames = decode_video_frames(
-                root / ds.meta.get_video_file_path(ep, key),
-                ts,
-                frame_tolerance_s(ds.tolerance_s, ts[-1]),
-                backend="pyav",
-                return_uint8=True,
-            )
+            frames = decode_frames(ds, ep, cam, timestamps[first:last])
             images[cam][first:last] = resize_images(frames, image_size_px)
     states_rad = convention.to_radians(data[F.STATE])
     env_states = data[env_col].astype(np.float32) if from_column else None
@@ -171,6 +158,24 @@ def load_frames(
         episode_end=end,
         fps=float(ds.fps),
         joint_units=convention.name,
+    )
+
+
+def decode_frames(ds, episode: int, camera: str, timestamps: np.ndarray) -> torch.Tensor:
+    """(n, 3, H, W) uint8 frames of `camera` at `timestamps` (n,) seconds into `episode`
+    of the LeRobotDataset `ds`, at the recorded resolution."""
+    from lerobot.datasets.video_utils import decode_video_frames
+
+    if ds.meta.episodes is None:  # loaded whenever the dataset has episodes
+        raise ConfigError(f"dataset {ds.root}: meta lists no episodes")
+    key = F.image_key(camera)
+    ts = (np.asarray(timestamps) + ds.meta.episodes[episode][f"videos/{key}/from_timestamp"]).tolist()
+    return decode_video_frames(
+        ds.root / ds.meta.get_video_file_path(episode, key),
+        ts,
+        frame_tolerance_s(ds.tolerance_s, ts[-1]),
+        backend="pyav",
+        return_uint8=True,
     )
 
 

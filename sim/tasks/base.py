@@ -11,7 +11,6 @@ import numpy as np
 
 from robotrl.core.errors import DeviceNotConnected
 from robotrl.hardware.sim_arm.robot import SimRobot
-from robotrl.sim.experts import CartesianMover
 
 
 def sim_data(robot: SimRobot) -> mujoco.MjData:
@@ -48,11 +47,24 @@ class Evaluation:
     info: dict = field(default_factory=dict)
 
 
-class Expert(Protocol):
-    """A scripted expert; its plan (phase, Cartesian reference) lives in `mover`, so a copy
-    of it can be rolled forward without changing the original."""
+class Mover(Protocol):
+    """Where an expert's plan lives (`CartesianMover`, `JointMover`)."""
 
-    mover: CartesianMover
+    def reanchor_joints(self, q_rad: np.ndarray) -> None:
+        """Go on from (J,) joint state `q_rad` with the plan as it is."""
+        ...
+
+    @property
+    def reference_m(self) -> np.ndarray:
+        """(3,) end-effector position the plan holds now, metres."""
+        ...
+
+
+class Expert(Protocol):
+    """A scripted expert; its plan (phase, reference) lives in `mover`, so a copy of it
+    can be rolled forward without changing the original."""
+
+    mover: Mover
 
     def reset(self, rng: np.random.Generator) -> None: ...
 

@@ -86,7 +86,7 @@ class TwinConfig:
     """What `robotrl twin` simulates."""
 
     task: str = "pick_place"
-    """Task scene and scripted expert: reach, pick_place or track."""
+    """Task scene and scripted expert: reach, pick_place, track or calibrate."""
     seed: int = 0
     """Seed of the first scene; each reset takes the next."""
     rate_hz: float = 30.0

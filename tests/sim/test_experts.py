@@ -215,3 +215,33 @@ def test_track_ball_moves_smoothly_and_success_is_judged_on_the_last_two_seconds
     np.testing.assert_allclose(states[:, :3], balls, atol=1e-6)
     np.testing.assert_allclose(states[1:-1, 3:], (balls[2:] - balls[:-2]) * 15, atol=0.01)
     assert np.mean(within[-WINDOW_TICKS:]) >= 0.8
+
+
+def test_calibrate_expert_holds_every_planned_view_untouched_by_the_safety_layer():
+    """The chessboard rehearsal: each seed plans `VIEWS` views (the board whole in the
+    gripper camera, checked by rendering in tests/record/test_board_views.py); the expert
+    holds them all within the episode, never clamped, each a pause that
+    `robotrl calibrate-cameras` finds in the measured joints."""
+    from robotrl.record.board_views import still_frames
+    from robotrl.sim.tasks.calibrate import VIEWS
+
+    env = TaskEnv("calibrate", "nominal", cameras=())
+    try:
+        for seed in range(3):
+            obs = env.reset(seed)
+            assert len(env.task.views_rad) == VIEWS
+            expert, states = env.make_expert(), [obs.state.q_rad]
+            while True:
+                st = env.step(expert.act(obs.state.q_rad))
+                obs = st.obs
+                states.append(obs.state.q_rad)
+                if st.done:
+                    break
+            assert st.success and st.info["views_held"] == VIEWS and obs.tick < env.task.max_ticks
+            pauses = np.array(states)[still_frames(np.array(states))]
+            for view in env.task.views_rad:  # the start pose may pause too
+                assert np.abs(pauses[:, :-1] - view[:-1]).max(1).min() < 0.01
+        stats = env.robot.stats
+        assert (stats.limit_clamps, stats.step_clamps, stats.workspace_clamps) == (0, 0, 0)
+    finally:
+        env.close()
