@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+from types import ModuleType
 
 from robotrl.core.errors import USER_ERRORS
 
@@ -50,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_module(name: str) -> ModuleType:
+    """The module of command `name` (`add_arguments`, `run`)."""
+    return importlib.import_module(f"robotrl.commands.{name.replace('-', '_')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     top = build_parser()
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("OpenGL", "lerobot"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    module = importlib.import_module(f"robotrl.commands.{known.command.replace('-', '_')}")
+    module = command_module(known.command)
     parser = argparse.ArgumentParser(prog=f"robotrl {known.command}", description=COMMANDS[known.command])
     module.add_arguments(parser)
     args = parser.parse_args(rest)

@@ -4,12 +4,13 @@ the recipes a new user copies do not rot as options change."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+
+from robotrl.cli import command_module
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -25,7 +26,7 @@ def parse(command_line: str) -> argparse.Namespace:
     """The command's own parser applied to the line (each $VAR stands for one word)."""
     words = shlex.split(re.sub(r"\$\w+", "x", command_line), comments=True)
     name, rest = words[1], words[2:]
-    module = importlib.import_module(f"robotrl.commands.{name}")
+    module = command_module(name)
     parser = argparse.ArgumentParser(prog=f"robotrl {name}")
     module.add_arguments(parser)
     return parser.parse_args(rest)

@@ -32,7 +32,7 @@ LEARN = SERVE + "[learn]\n"
 ACTOR = SIM.replace('"deploy_client"', '"actor"')
 
 BAD_BRINGUP = [
-    (SIM + 'task = "fly"\n', "robots.a.task: 'fly' is not a simulated task (reach, pick_place, track)"),
+    (SIM + 'task = "fly"\n', "robots.a.task: 'fly' is not a simulated task (reach, pick_place, track, calibrate"),
     (SIM + "task = 3\n", "robots.a.task: expected a task name or an instruction, got 3"),
     (REAL + 'scenario = "nominal"\n', "robots.a.scenario: only for driver 'sim'"),
     (SIM + 'scenario = "windy"\n', "robots.a.scenario: 'windy' is not a scenario (nominal, shifted)"),

@@ -304,7 +304,9 @@ def test_env_same_seed_same_trajectory(env, request):
         fresh = rollout(fresh_env, 11)
     finally:
         fresh_env.close()
-    assert np.abs(first["q"][-1] - first["q"][0]).max() > 0.05  # the expert moved the arm
+    arm = np.abs(first["q"][-1] - first["q"][0]).max()
+    scene = np.abs(first["env_state"][-1] - first["env_state"][0]).max()
+    assert arm > 0.05 or scene > 0.01  # the expert moved the arm, or the task its objects (calibrate_lens)
     for key in first:
         np.testing.assert_array_equal(first[key], second[key], err_msg=key)
         np.testing.assert_array_equal(first[key], fresh[key], err_msg=key)
