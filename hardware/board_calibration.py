@@ -172,14 +172,14 @@ def inliers(errors_px: np.ndarray) -> np.ndarray:
 def view_errors(board: Board, corners: list[np.ndarray], intrinsics: Intrinsics) -> np.ndarray:
     """(V,) rms px of each (K, 2) corner set against the board at its best rigid pose (a
     detection gone wrong fits no pose)."""
-    out = []
-    for c in corners:
-        rot, t = board_pose(board, c, intrinsics)
-        px, _ = cv2.projectPoints(
-            board.points(), cv2.Rodrigues(rot)[0], t, intrinsics.camera_matrix, intrinsics.distortion
-        )
-        out.append(np.sqrt(np.sum((c - px.reshape(-1, 2)) ** 2, axis=1).mean()))
-    return np.array(out)
+    return np.array([_rms_px(board, *board_pose(board, c, intrinsics), intrinsics, [c]) for c in corners])
+
+
+def _rms_px(board: Board, rot: np.ndarray, t: np.ndarray, intrinsics: Intrinsics, corners: list[np.ndarray]) -> float:
+    """Rms distance (px) of the (K, 2) corner sets from the board projected at pose
+    (`rot`, `t`: p_camera = rot p_board + t)."""
+    px, _ = cv2.projectPoints(board.points(), cv2.Rodrigues(rot)[0], t, intrinsics.camera_matrix, intrinsics.distortion)
+    return float(np.sqrt(np.mean([np.sum((c - px.reshape(-1, 2)) ** 2, axis=1) for c in corners])))
 
 
 @dataclass(frozen=True)
@@ -296,8 +296,7 @@ def fixed_camera_pose(
     base frame from its (K, 2) corner sets of the still board (their median), and the
     reprojection error (px) over the sets."""
     rot, t = board_pose(board, np.median(np.stack(corners), axis=0), intrinsics)
-    px, _ = cv2.projectPoints(board.points(), cv2.Rodrigues(rot)[0], t, intrinsics.camera_matrix, intrinsics.distortion)
-    rms = float(np.sqrt(np.mean([np.sum((c - px.reshape(-1, 2)) ** 2, axis=1).mean() for c in corners])))
+    rms = _rms_px(board, rot, t, intrinsics, corners)
     return (
         hand_eye.board_rotation @ (-rot.T @ t) + hand_eye.board_position_m,
         hand_eye.board_rotation @ rot.T,

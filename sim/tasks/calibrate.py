@@ -30,6 +30,11 @@ BOARD_THICKNESS_M = 0.0025
 BOARD_LOW = np.array([0.18, -0.06, -0.25])
 BOARD_HIGH = np.array([0.24, 0.0, 0.25])
 """Seeded board pose: first inner corner x, y (metres) and yaw (radians)."""
+BOARD_OUTLINE_M = (
+    np.array([[-1, -1, 0], [BOARD.cols, -1, 0], [-1, BOARD.rows, 0], [BOARD.cols, BOARD.rows, 0]], float)
+    * BOARD.square_m
+)
+"""(4, 3) the board's outer corners (one square beyond the inner ones), board frame."""
 VIEWS = 10
 HOLD_TICKS = 12
 """Ticks the gripper stays still at each view once it has arrived."""
@@ -78,10 +83,9 @@ class CalibrateTask:
         sim_data(robot).mocap_quat[self._mocap] = [np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
         place_mocap(robot, self._mocap, np.array([x, y, BOARD_THICKNESS_M]))
         self._kin = self._kin or Kinematics(robot.arm)
-        wrist = camera_rig(robot.model, robot.arm.ee_frame, (CameraSpec("wrist", 2, 2),), 1.0).cameras["wrist"]
         self.views_rad = plan_views(
             self._kin,
-            (wrist.position_m, wrist.rotation, 1.0 / wrist.fy),  # 2 px high: tan(fovy / 2) = 1 / fy,
+            scene_camera(robot, "wrist"),
             self.board_outline_m(),
             robot.q_true_rad,
             rng,
@@ -91,11 +95,9 @@ class CalibrateTask:
 
     def board_outline_m(self) -> np.ndarray:
         """(4, 3) the board's outer corners (one square beyond the inner ones), base frame."""
-        s, cols, rows = BOARD.square_m, BOARD.cols, BOARD.rows
-        local = np.array([[-s, -s, 0], [cols * s, -s, 0], [-s, rows * s, 0], [cols * s, rows * s, 0]])
         x, y, yaw = self.board_pose
         rot = np.array([[np.cos(yaw), -np.sin(yaw), 0], [np.sin(yaw), np.cos(yaw), 0], [0, 0, 1]])
-        return local @ rot.T + [x, y, BOARD_THICKNESS_M]
+        return BOARD_OUTLINE_M @ rot.T + [x, y, BOARD_THICKNESS_M]
 
     def on_tick(self, robot: SimRobot, tick: int) -> None:
         pass
@@ -115,6 +117,13 @@ class CalibrateTask:
 
     def make_expert(self, robot: SimRobot, noise_m: float = 0.0) -> CalibrateExpert:
         return CalibrateExpert(self, Kinematics(robot.arm))
+
+
+def scene_camera(robot: SimRobot, name: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """Camera `name` of the scene: (3,) optical centre and (3, 3) axes as columns in its
+    mount's frame (`camera_rig`), and tan of half its vertical field of view."""
+    cam = camera_rig(robot.model, robot.arm.ee_frame, (CameraSpec(name, 2, 2),), 1.0).cameras[name]
+    return cam.position_m, cam.rotation, 1.0 / cam.fy  # 2 px high: fy = 1 / tan(fovy / 2)
 
 
 def add_board(spec: mujoco.MjSpec) -> None:
@@ -232,8 +241,7 @@ class CalibrateLensTask:
 
     def reset(self, robot: SimRobot, rng: np.random.Generator) -> str:
         self._mocap = robot.model.body("chessboard").mocapid[0]
-        front = camera_rig(robot.model, robot.arm.ee_frame, (CameraSpec("front", 2, 2),), 1.0).cameras["front"]
-        self.poses = plan_board_poses((front.position_m, front.rotation, 1.0 / front.fy), rng)
+        self.poses = plan_board_poses(scene_camera(robot, "front"), rng)
         self.views_rad = [robot.q_true_rad.copy()]  # the expert holds the arm there
         self.tick = 0
         self._place(robot)
@@ -248,13 +256,17 @@ class CalibrateLensTask:
         return Evaluation(reward=shown / LENS_VIEWS, success=shown >= LENS_VIEWS, info={"views_held": shown})
 
     def env_state(self, robot: SimRobot) -> np.ndarray:
-        return self.poses[min(self.tick // LENS_HOLD_TICKS, len(self.poses) - 1)][0].astype(np.float32)
+        return self._pose()[0].astype(np.float32)
 
     def make_expert(self, robot: SimRobot, noise_m: float = 0.0) -> CalibrateExpert:
         return CalibrateExpert(self, Kinematics(robot.arm))
 
+    def _pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """The board's (origin, axes) held now."""
+        return self.poses[min(self.tick // LENS_HOLD_TICKS, len(self.poses) - 1)]
+
     def _place(self, robot: SimRobot) -> None:
-        position, rotation = self.poses[min(self.tick // LENS_HOLD_TICKS, len(self.poses) - 1)]
+        position, rotation = self._pose()
         quat = np.zeros(4)
         mujoco.mju_mat2Quat(quat, rotation.ravel())
         sim_data(robot).mocap_quat[self._mocap] = quat
@@ -269,9 +281,7 @@ def plan_board_poses(
     of half its field of view): `LENS_RANGE_M` away, across the image, turned up to 45 deg
     from facing it, rolled any way, whole in the image and above the table."""
     eye, axes, tan_half = camera
-    s, cols, rows = BOARD.square_m, BOARD.cols, BOARD.rows
-    outline = np.array([[-s, -s, 0], [cols * s, -s, 0], [-s, rows * s, 0], [cols * s, rows * s, 0]])
-    middle = np.array([(cols - 1) * s / 2, (rows - 1) * s / 2, 0.0])
+    middle = np.array([BOARD.cols - 1, BOARD.rows - 1, 0.0]) * BOARD.square_m / 2
     poses: list[tuple[np.ndarray, np.ndarray]] = []
     for _ in range(tries):
         if len(poses) == count:
@@ -285,9 +295,10 @@ def plan_board_poses(
         x /= np.linalg.norm(x)
         rotation = np.stack([x, np.cross(normal, x), normal], axis=1)
         origin = centre - rotation @ middle
-        local = (outline @ rotation.T + origin - eye) @ axes
+        corners = BOARD_OUTLINE_M @ rotation.T + origin
+        local = (corners - eye) @ axes
         in_view = (local[:, 2] > 0.05).all() and (np.abs(local[:, :2] / local[:, 2:]) < 0.9 * tan_half).all()
-        if in_view and (outline @ rotation.T + origin)[:, 2].min() > 0.01:
+        if in_view and corners[:, 2].min() > 0.01:
             poses.append((origin, rotation))
     return poses
 
