@@ -4,9 +4,10 @@ recording gives (`robotrl train --blob-target`).
 The slow pathway of an `estimate_env_state` policy learns to estimate env_state from its
 cameras; in simulation the target is the privileged `sim.environment_state`, which no real
 arm records. This finds the red pixels of every frame (a colour threshold in HSV), takes
-their centroid and size, fills the frames where the object is hidden or partly hidden by
-interpolating within the episode, and differentiates over time. Offline labels may look
-ahead: the velocity at frame t is a central difference over t - 6 .. t + 6.
+the centroid and size of their largest connected region, fills the frames where the
+object is hidden or partly hidden by interpolating within the episode, and differentiates
+over time. Offline labels may look ahead: the velocity at frame t is a central difference
+over t - 6 .. t + 6.
 
 Per camera, six numbers: image position u (x, rightward) and v (y, downward), each in
 [-1, 1] with 0 at the image centre, size sqrt(area) / image width, then their velocities
@@ -52,16 +53,27 @@ def red_mask(images: np.ndarray) -> np.ndarray:
     return masks
 
 
+def largest_region(mask: np.ndarray) -> tuple[float, float, int]:
+    """(H, W) bool -> (column, row, area in pixels) of its largest 8-connected region, the
+    centroid in pixel coordinates (pixel i covers [i, i + 1)); (0, 0, 0) for an empty mask."""
+    count, _, stats, centroids = cv2.connectedComponentsWithStats(mask.view(np.uint8), connectivity=8)
+    if count < 2:
+        return 0.0, 0.0, 0
+    k = 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+    col, row = centroids[k] + 0.5  # OpenCV's centroids count pixel centres from 0
+    return float(col), float(row), int(stats[k, cv2.CC_STAT_AREA])
+
+
 def blob_positions(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(N, 3, S, S) uint8 RGB -> ((N, 3) u, v, size as in the module docstring; (N,) bool
-    visible). A frame without the object gives zeros and visible False."""
+    visible). The object is the largest red region: stray red pixels elsewhere (edges of
+    orange parts, compression) are not averaged in. A frame without it gives zeros and
+    visible False."""
     mask = red_mask(images)
     _, h, w = mask.shape
-    area = mask.sum((1, 2)).astype(np.float64)
+    regions = np.array([largest_region(m) for m in mask], np.float64).reshape(-1, 3)
+    col, row, area = regions.T
     visible = area >= MIN_AREA_PX
-    safe = np.maximum(area, 1.0)
-    col = (mask.sum(1) * (np.arange(w) + 0.5)).sum(1) / safe  # pixel centres at +0.5
-    row = (mask.sum(2) * (np.arange(h) + 0.5)).sum(1) / safe
     pos = np.stack([2 * col / w - 1, 2 * row / h - 1, np.sqrt(area) / w], axis=1)
     pos[~visible] = 0.0
     return pos, visible
