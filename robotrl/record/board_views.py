@@ -99,7 +99,7 @@ def calibrate_from_recording(
     corners: dict[str, list[np.ndarray]] = {c: [] for c in cameras}
     posed: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in cameras}  # (corners, joints)
     sizes: dict[str, tuple[int, int]] = {}
-    for ep in order:
+    for ep in [pose_ep, *(ep for ep in order if ep != pose_ep)]:  # a wrong board fails on the pose episode
         rows = np.flatnonzero(episodes == ep)
         still = still_frames(states[rows])
         even = np.linspace(0, len(rows) - 1, min(FRAMES_PER_EPISODE, len(rows))).round().astype(np.int64)
@@ -116,7 +116,21 @@ def calibrate_from_recording(
                 corners[cam].append(found)
                 if ep == pose_ep and local in still:
                     posed[cam].append((found, states[rows[local]]))
-    return _fit(board, kin, gripper_camera, object_diameter_m, corners, posed, sizes, pose_ep)
+        if ep == pose_ep:
+            _require_pose_views(posed, corners, pose_ep)
+    return _fit(board, kin, gripper_camera, object_diameter_m, corners, posed, sizes)
+
+
+def _require_pose_views(
+    posed: dict[str, list[tuple[np.ndarray, np.ndarray]]], corners: dict[str, list[np.ndarray]], pose_ep: int
+) -> None:
+    """ConfigError for a camera that saw the whole board in none of the pose episode's pauses."""
+    for cam, views in posed.items():
+        if not views:
+            raise ConfigError(
+                f"camera {cam} never saw the whole board while the arm paused in episode {pose_ep} "
+                f"({len(corners[cam])} views in that episode)"
+            )
 
 
 def _fit(
@@ -127,14 +141,7 @@ def _fit(
     corners: dict[str, list[np.ndarray]],
     posed: dict[str, list[tuple[np.ndarray, np.ndarray]]],
     sizes: dict[str, tuple[int, int]],
-    pose_ep: int,
 ) -> tuple[CameraRig, dict[str, CameraReport]]:
-    for cam, views in posed.items():
-        if not views:
-            raise ConfigError(
-                f"camera {cam} never saw the whole board while the arm paused in episode {pose_ep} "
-                f"({len(corners[cam])} views in all)"
-            )
     intrinsics = {cam: bc.fit_intrinsics(board, corners[cam], sizes[cam]) for cam in corners}
     ee_poses = [kin.forward(q) for _, q in posed[gripper_camera]]
     hand_eye = bc.solve_hand_eye(board, [c for c, _ in posed[gripper_camera]], ee_poses, intrinsics[gripper_camera])
