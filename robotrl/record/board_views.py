@@ -12,7 +12,8 @@ evenly spaced ones. Every view of the whole board fits its camera's intrinsics; 
 episode's pauses fit the poses, where the joints and the frame agree whatever the
 camera's latency. The gripper camera is read only in pauses: in motion its frames blur
 and lag the joints (through the twin's cameras, views in motion fit its lens to 0.66 px
-rms with the focal length 1.2% off, pauses to 0.15 px and 0.1%).
+rms with the focal length 1.2% off, pauses to 0.15 px and 0.1%). The pose episode is
+read first, so a board other than `--board` says so before the other episodes are decoded.
 """
 
 from __future__ import annotations
