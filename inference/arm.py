@@ -30,6 +30,7 @@ from robotrl.core.robot import CameraSpec
 from robotrl.core.task import Task
 from robotrl.hardware.safety import SafeRobot
 from robotrl.inference.runner import ArmTask
+from robotrl.inference.start_pose import hold_still
 
 if TYPE_CHECKING:
     from robotrl.record.teleop import TeleopConfig
@@ -209,6 +210,15 @@ def twin_resources(info: Path) -> tuple[str, str, str, int]:
     return data["follower_port"], data["cameras"], data["follower_calibration_dir"], data["pid"]
 
 
+def twin_camera_calibration(info: Path) -> str:
+    """The camera calibration file's text (`robotrl.hardware.camera_geometry`) of the twin
+    whose `--info` file is `info`: its cameras' exact intrinsics and poses."""
+    try:
+        return Path(_twin_info(info, ("camera_calibration",))["camera_calibration"]).read_text()
+    except OSError as exc:
+        raise _no_twin(info) from exc
+
+
 def twin_leader(info: Path) -> TeleopConfig:
     """The leader teleop of the twin whose `--info` file is `info`: its bus, id and
     calibration folder (what `robotrl record --teleop leader` is told); one line when there
@@ -242,6 +252,16 @@ def next_twin_scene(pid: int) -> None:
         os.kill(pid, signal.SIGUSR1)
     except OSError as exc:
         log.warning("could not ask the twin (pid %d) for a new scene: %s", pid, exc)
+
+
+def new_twin_scene(robot: SafeRobot, clock: Clock, pid: int) -> None:
+    """A person's reset on the twin of process `pid`, for a recorder: the arm commanded to
+    stay where it stands (driven, so the twin scores the scene from its first tick), the twin
+    asked for its next scene, and `TWIN_SCENE_S` of holding still while it lays it out."""
+    here = robot.read().q_rad
+    robot.command(here)
+    next_twin_scene(pid)
+    hold_still(robot, clock, here, TWIN_SCENE_S)
 
 
 def check_control_rate(server_info: dict, robot_rate_hz: float) -> None:

@@ -22,6 +22,8 @@ import argparse
 import shutil
 from pathlib import Path
 
+from robotrl.core.errors import UserError
+
 STAGES = 6
 
 
@@ -51,10 +53,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--online-episodes", type=int, default=40, help="stage 6: episodes of online fine-tuning (default: 40)"
     )
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=10,
+        help="stages 3 and 6: evaluation episodes of each policy measured (default: 10)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
 
 
 def run(args: argparse.Namespace) -> int:
+    counts = ("episodes", "record_episodes", "deploy_episodes", "latency_episodes", "online_episodes", "eval_episodes")
+    for name in counts:
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.train_minutes <= 0:
+        raise UserError(f"--train-minutes must be positive, got {args.train_minutes:g}")
     args.out.mkdir(parents=True, exist_ok=True)
     stage_rollouts(args)
     dataset = stage_record(args)
@@ -148,7 +162,7 @@ def stage_train(args: argparse.Namespace, dataset: Path) -> Path:
         minutes=args.train_minutes,
         image_size=args.image_size,
         task="reach",
-        eval_episodes="10",
+        eval_episodes=args.eval_episodes,
         env_state=True,
     )
     return out
@@ -238,8 +252,6 @@ WEAK_TRAIN_STEPS = 150
 """Stage 6 starts from a policy trained this many steps (about 20 s): weak in the shifted
 scenario, so what online learning adds shows; steps, not minutes, so every run starts
 from the same policy."""
-HELD_OUT_EPISODES = 10
-"""Stage 6 measures the policy before and after on these many evaluation seeds."""
 
 
 def stage_online(args: argparse.Namespace, dataset: Path) -> None:
@@ -252,7 +264,7 @@ def stage_online(args: argparse.Namespace, dataset: Path) -> None:
     for folder in (weak, out):
         shutil.rmtree(folder, ignore_errors=True)
     _cli("train", dataset=dataset, out=weak, steps=WEAK_TRAIN_STEPS, image_size=args.image_size, env_state=True)
-    before = _shifted_success(weak)
+    before = _shifted_success(weak, args.eval_episodes)
     _cli(
         "learn",
         robot="sim",
@@ -271,16 +283,16 @@ def stage_online(args: argparse.Namespace, dataset: Path) -> None:
         publish_every="10",
         checkpoint_every="50",
     )
-    after = _shifted_success(out / "learner" / "served")
+    after = _shifted_success(out / "learner" / "served", args.eval_episodes)
     print(
-        f"unassisted success in the shifted scenario on {HELD_OUT_EPISODES} evaluation seeds: {before} before "
+        f"unassisted success in the shifted scenario on {args.eval_episodes} evaluation seeds: {before} before "
         f"online learning, {after} after {args.online_episodes} episodes"
     )
 
 
-def _shifted_success(policy: Path) -> str:
+def _shifted_success(policy: Path, episodes: int) -> str:
     from robotrl.inference.evaluation import evaluate
     from robotrl.policies.loading import load_policy
 
-    result = evaluate(load_policy(policy), "reach", HELD_OUT_EPISODES, scenario="shifted", progress=False)
-    return f"{result['successes']}/{HELD_OUT_EPISODES}"
+    result = evaluate(load_policy(policy), "reach", episodes, scenario="shifted", progress=False)
+    return f"{result['successes']}/{episodes}"

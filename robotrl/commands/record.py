@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 
 from robotrl.commands.flags import add_field, add_fleet_arguments, apply_fleet
@@ -55,6 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
     parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
+    parser.add_argument(
+        "--twin",
+        type=Path,
+        metavar="INFO",
+        help="so101: the running `robotrl twin --info INFO` gives the follower's bus, cameras and calibration "
+        "(instead of --port and --cameras) and the leader of --teleop leader; each episode starts on its next "
+        "scene, and its camera calibration is stored with the dataset (for `train --ball-target`)",
+    )
     add_fleet_arguments(parser)
     _add_sim_arguments(parser)
     add_device_arguments(parser)
@@ -97,7 +106,12 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def teleop_config(name: str, args: argparse.Namespace) -> TeleopConfig:
-    """The `TeleopConfig` of device `name` from the options of `add_device_arguments`."""
+    """The `TeleopConfig` of device `name` from the options of `add_device_arguments` (the
+    leader of a twin: its bus, id and calibration from the twin's info file)."""
+    if name == "leader" and args.twin is not None:
+        from robotrl.inference.arm import twin_leader
+
+        return twin_leader(args.twin)
     return TeleopConfig(
         name,
         args.leader_port,
@@ -117,8 +131,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
     args.root = dataset_root(args.root, args.repo_id, args.push_to_hub)
     apply_fleet(args)
+    if args.twin is not None and (args.robot != "so101" or args.port or args.cameras or args.leader_port):
+        raise UserError("--twin is an so101 (--robot so101) whose buses and cameras come from its info file: give none")
+    from robotrl.inference.arm import twin_camera_calibration
     from robotrl.sim.env import TaskEnv
 
+    twin_cameras = None if args.twin is None else twin_camera_calibration(args.twin)  # the twin may end first
     session = _make_session(args)
     rig = session.camera_rig() if isinstance(session, TaskEnv) and session.spec.cameras else None
     try:
@@ -134,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     if rig is not None and (args.root / "meta").is_dir():  # exact cameras, for `train --ball-target`
         save_rig(rig, args.root / CAMERA_CALIBRATION)
         commit(args.root)  # part of the dataset's last good state, so `--resume` keeps it as it is
+    if twin_cameras is not None and (args.root / "meta").is_dir():  # the twin's exact cameras, likewise
+        (args.root / CAMERA_CALIBRATION).write_text(twin_cameras)
+        commit(args.root)
     _report(args, summary, before, after, files)
     if args.push_to_hub:
         url = writer.push_to_hub(private=args.private)
@@ -244,18 +265,30 @@ def _make_session(args: argparse.Namespace):
         return env
     if args.robot not in ("so101", "so100"):
         raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
-    if not args.port:
+    if not args.port and args.twin is None:
         raise UserError(f"--robot {args.robot} needs --port (see `robotrl devices`)")
     from robotrl.hardware.lerobot_arm.cameras import parse_cameras
     from robotrl.hardware.lerobot_arm.robot import LerobotArm
     from robotrl.hardware.safety import SafeRobot
+    from robotrl.inference.arm import new_twin_scene, twin_resources
     from robotrl.record.session import RobotSession
 
-    cameras = parse_cameras(args.cameras)
+    port, camera_map, calibration_dir, twin_pid = args.port, args.cameras, None, None
+    if args.twin is not None:
+        port, camera_map, calibration_dir, twin_pid = twin_resources(args.twin)
+    cameras = parse_cameras(camera_map)
     if not cameras:
         print("record: no --cameras given: recording joints only (an image policy needs cameras)", flush=True)
     clock = WallClock()
-    arm = LerobotArm(args.robot, port=args.port, robot_id=args.robot_id, cameras=cameras, control_rate_hz=args.fps)
+    arm = LerobotArm(
+        args.robot,
+        port=port,
+        robot_id=args.robot_id,
+        cameras=cameras,
+        control_rate_hz=args.fps,
+        calibration_dir=calibration_dir,
+    )
     robot = SafeRobot(arm, clock=clock)
     robot.connect(watchdog_thread=True)
-    return RobotSession(robot, args.task, clock)
+    on_reset = None if twin_pid is None else partial(new_twin_scene, robot, clock, twin_pid)
+    return RobotSession(robot, args.task, clock, on_reset)

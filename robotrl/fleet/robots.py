@@ -78,7 +78,7 @@ class RecordEntry:
         at = f"robots.{self.robot}.record"
         sim = self.driver == "sim"
         if self.driver == "twin":
-            _fail(at, "not for driver 'twin': run `robotrl twin` and record with `robotrl record --port` instead")
+            _fail(at, "not for driver 'twin': run `robotrl twin --info INFO` and `robotrl record --twin INFO` instead")
         _expect(f"{at}.dataset", self.dataset, str, "a dataset folder")
         if not self.dataset:
             _fail(f"{at}.dataset", "must not be empty")

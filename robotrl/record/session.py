@@ -3,6 +3,8 @@ the simulated `TaskEnv`, so one recording loop serves both."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from robotrl.core.clock import Clock, Rate
@@ -13,14 +15,18 @@ from robotrl.hardware.safety import SafeRobot
 
 class RobotSession:
     """Paces `robot` at its control rate on `clock`. A real arm has no reward or automatic
-    success: episodes end by teleop events or the tick limit."""
+    success: episodes end by teleop events or the tick limit. `on_reset`, if given, runs at
+    each episode's start before its first reading (a twin lays out its next scene)."""
 
     env_state_dim = 0
 
-    def __init__(self, robot: SafeRobot, instruction: str, clock: Clock) -> None:
+    def __init__(
+        self, robot: SafeRobot, instruction: str, clock: Clock, on_reset: Callable[[], None] | None = None
+    ) -> None:
         self.robot = robot
         self.instruction = instruction
         self.clock = clock
+        self.on_reset = on_reset
         self.tick = 0
         self._rate = Rate(clock, robot.spec.control_rate_hz)
 
@@ -34,6 +40,8 @@ class RobotSession:
 
     def reset(self, seed: int) -> Observation:
         """Start an episode where the arm stands (a person resets the scene)."""
+        if self.on_reset is not None:
+            self.on_reset()
         self.robot.resync()
         self.tick = 0
         self._rate.restart()

@@ -27,7 +27,7 @@ limp and sags under gravity; the twin keeps the pose so the next command starts 
 
 Scene resets (new objects from seed `seed`, `seed + 1`, ...; the arm stays where it is, as
 when a person tidies the table): at the start, on `request_reset()` (`robotrl twin` maps
-SIGUSR1 to it; `deploy`/`actor --twin INFO` send it at each episode's reset period, as a
+SIGUSR1 to it; `deploy`/`actor`/`record --twin INFO` send it at each episode's start, as a
 person resets the table while the arm waits) and every `reset_every_s` if set. With `instruction` set, seeds whose scene
 asks for something else are skipped (the person sets the table to match what the policy is
 told: `deploy --task`).
@@ -38,8 +38,8 @@ limit (the limit of the simulated benchmarks) while the follower was driven, cou
 if it was driven from the scene's first tick without a gap (a command that finishes lets go
 of the arm: the scene's last ticks may be undriven). The twin cannot see a recorder's episode
 boundaries (a real arm has none on its bus either): for one scene per recorded episode,
-send SIGUSR1 between episodes or set `reset_every_s` near the episode length (the
-recorder's save time between episodes makes the two drift apart). A scene laid out after
+`record --twin INFO` sends SIGUSR1 at each episode's start (`reset_every_s` near the episode
+length drifts apart from the recorder's episodes by its save time between them). A scene laid out after
 an episode's first reading is a scene changed under the policy: a policy deployed through
 the server failed every such scene that it solved when laid out first (docs/results.md
 section 18).

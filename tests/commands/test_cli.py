@@ -123,6 +123,15 @@ def test_sim_writes_video_and_png(tmp_path):
         (["learner", "--algo", "sac"], "give --buffer and --out"),
         (["learner", "--config", "/nonexistent/learner.json"], "cannot read the config file"),
         (["record", "--robot", "so101", "--root", "/tmp/never-created-robotrl"], "needs --port"),
+        (["record", "--twin", "/tmp/twin.json", "--root", "/tmp/never-created-robotrl"], "--twin is an so101"),
+        (
+            ["record", "--robot", "so101", "--twin", "/tmp/twin.json", "--port", "/dev/null", "--root", "/tmp/r"],
+            "come from its info file: give none",
+        ),
+        (
+            ["record", "--robot", "so101", "--twin", "/nonexistent/twin.json", "--root", "/tmp/never-created-robotrl"],
+            "no running twin's info file there",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line(argv, message, capsys):
@@ -168,6 +177,8 @@ def test_demo_runs_every_stage_with_tiny_budgets(tmp_path, capsys, monkeypatch):
                 "1",
                 "--online-episodes",
                 "2",
+                "--eval-episodes",
+                "1",
             ]
         )
         == 0
@@ -181,8 +192,19 @@ def test_demo_runs_every_stage_with_tiny_budgets(tmp_path, capsys, monkeypatch):
     assert "inference delay (ticks)" in text  # the deploy stage ran over the local server
     assert len((out / "online" / "actors.csv").read_text().splitlines()) == 3  # header + 2 online episodes
     assert (out / "online" / "learner" / "checkpoint" / "meta.json").is_file()  # the learner stopped cleanly
-    assert "unassisted success in the shifted scenario on 10 evaluation seeds" in text  # before and after
+    assert "unassisted success in the shifted scenario on 1 evaluation seeds" in text  # before and after
     assert "MISSED" not in text and "target (" not in text  # targets belong to `robotrl bench`
+
+
+@pytest.mark.parametrize(
+    "flags, problem",
+    [(["--eval-episodes", "0"], "--eval-episodes must be at least 1"), (["--train-minutes", "0"], "--train-minutes")],
+)
+def test_demo_rejects_empty_budgets_before_any_stage(tmp_path, capsys, flags, problem):
+    assert main(["demo", "--out", str(tmp_path / "demo"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "demo").exists()
 
 
 def test_each_benchmark_has_only_its_own_options(capsys):

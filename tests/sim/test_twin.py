@@ -421,16 +421,26 @@ def test_record_from_the_twins_leader_drives_mujoco_through_lerobots_drivers(tmp
 
 
 def test_twin_round_trip_record_lerobot_train_act_and_serve_it_in_vlash_mode(tmp_path: Path) -> None:
-    """The real-arm path end to end on lerobot's drivers: 10 episodes from the leader with two
-    cameras -> lerobot-train ACT (lerobot's own trainer, in the project's venv) -> robotrl
-    serves that checkpoint on the twin in vlash mode, in the dataset's units."""
-    proc, info = start_twin(tmp_path, "--task", "reach", "--reset-every-s", "1.2")
+    """The real-arm path end to end on lerobot's drivers: 3 episodes from the leader with two
+    cameras (`record --twin`: each on the twin's next scene, driven from its first tick, the
+    twin's camera calibration stored with the dataset) -> lerobot-train ACT (lerobot's own
+    trainer, in the project's venv) -> robotrl serves that checkpoint on the twin in vlash
+    mode, in the dataset's units."""
+    info_file = tmp_path / "twin.json"
+    proc, info = start_twin(tmp_path, "--task", "reach", "--info", str(info_file))
     root, out = tmp_path / "demos", tmp_path / "act"
     try:
-        ran = record_from_twin(
-            tmp_path, info, root, "--episodes", "10", "--episode-time-s", "1", "--task", "touch the red ball"
-        )
+        argv = ["robotrl.cli", "record", "--robot", "so101", "--twin", str(info_file), "--teleop", "leader"]
+        argv += ["--episodes", "3", "--episode-time-s", "1", "--task", "touch the red ball", "--root", str(root)]
+        ran = subprocess.run([sys.executable, "-m", *argv], env=ENV, capture_output=True, text=True, timeout=300)
         assert ran.returncode == 0, ran.stderr[-3000:]
+        log = (tmp_path / "twin.err").read_text()
+        scenes = re.findall(r"scene (\d) \(seed \d+\) (?:not solved in|solved at) [\d.]+ s(.*)", log)
+        assert [n for n, _ in scenes] == ["1", "2", "3"], log[-3000:]  # the first scene, then one per episode
+        assert scenes[0][1] == " (not driven throughout)" and scenes[1][1] == scenes[2][1] == "", scenes
+        assert json.loads((root / "meta" / "camera_calibration.json").read_text()) == json.loads(
+            Path(info["camera_calibration"]).read_text()
+        )
         train = [sys.executable, "-m", "lerobot.scripts.lerobot_train", "--dataset.repo_id=local/demos"]
         train += [f"--dataset.root={root}", "--dataset.video_backend=pyav", "--policy.type=act", "--policy.device=cpu"]
         train += ["--policy.push_to_hub=false", "--policy.pretrained_backbone_weights=null", "--policy.dim_model=32"]
