@@ -33,6 +33,7 @@ from robotrl.inference.runner import ArmTask
 from robotrl.inference.start_pose import hold_still
 
 if TYPE_CHECKING:
+    from robotrl.hardware.camera_geometry import CameraRig
     from robotrl.record.teleop import TeleopConfig
 
 log = logging.getLogger(__name__)
@@ -210,13 +211,15 @@ def twin_resources(info: Path) -> tuple[str, str, str, int]:
     return data["follower_port"], data["cameras"], data["follower_calibration_dir"], data["pid"]
 
 
-def twin_camera_calibration(info: Path) -> str:
-    """The camera calibration file's text (`robotrl.hardware.camera_geometry`) of the twin
-    whose `--info` file is `info`: its cameras' exact intrinsics and poses."""
-    try:
-        return Path(_twin_info(info, ("camera_calibration",))["camera_calibration"]).read_text()
-    except OSError as exc:
-        raise _no_twin(info) from exc
+def twin_camera_rig(info: Path) -> CameraRig:
+    """The cameras' exact intrinsics and poses (its calibration file) of the twin whose
+    `--info` file is `info`; one line when there is no twin's info file there."""
+    from robotrl.hardware.camera_geometry import load_rig
+
+    path = Path(_twin_info(info, ("camera_calibration",))["camera_calibration"])
+    if not path.is_file():
+        raise _no_twin(info)
+    return load_rig(path)
 
 
 def twin_leader(info: Path) -> TeleopConfig:

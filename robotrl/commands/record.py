@@ -54,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep this JSON file up to date while recording (pid, episodes saved, frames, seed, control rate; "
         "what `robotrl up` watches)",
     )
+    _add_real_arm_arguments(parser)
+    add_fleet_arguments(parser)
+    _add_sim_arguments(parser)
+    add_device_arguments(parser)
+
+
+def _add_real_arm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The follower's port and id, or the twin that gives them."""
     parser.add_argument("--port", help="real arm: serial port of the follower, e.g. /dev/ttyACM0")
     parser.add_argument("--robot-id", default="follower", help="real arm: lerobot calibration id")
     parser.add_argument(
@@ -64,9 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(instead of --port and --cameras) and the leader of --teleop leader; each episode starts on its next "
         "scene, and its camera calibration is stored with the dataset (for `train --ball-target`)",
     )
-    add_fleet_arguments(parser)
-    _add_sim_arguments(parser)
-    add_device_arguments(parser)
 
 
 def _add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,22 +128,14 @@ def teleop_config(name: str, args: argparse.Namespace) -> TeleopConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.teleop not in TELEOPS:
-        raise UserError(f"unknown teleop device {args.teleop!r}; choose from {', '.join(TELEOPS)}")
-    if args.episodes < 1:
-        raise UserError("--episodes must be at least 1")
-    if args.perturb < 0 or args.perturb_ticks <= 0:
-        raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
-    args.root = dataset_root(args.root, args.repo_id, args.push_to_hub)
-    apply_fleet(args)
-    if args.twin is not None and (args.robot != "so101" or args.port or args.cameras or args.leader_port):
-        raise UserError("--twin is an so101 (--robot so101) whose buses and cameras come from its info file: give none")
-    from robotrl.inference.arm import twin_camera_calibration
+    _resolve(args)
+    from robotrl.inference.arm import twin_camera_rig
     from robotrl.sim.env import TaskEnv
 
-    twin_cameras = None if args.twin is None else twin_camera_calibration(args.twin)  # the twin may end first
+    rig = None if args.twin is None else twin_camera_rig(args.twin)  # read first: the twin may end before us
     session = _make_session(args)
-    rig = session.camera_rig() if isinstance(session, TaskEnv) and session.spec.cameras else None
+    if isinstance(session, TaskEnv) and session.spec.cameras:
+        rig = session.camera_rig()
     try:
         summary, before, after, writer = _record(args, session)
     finally:
@@ -152,14 +149,25 @@ def run(args: argparse.Namespace) -> int:
     if rig is not None and (args.root / "meta").is_dir():  # exact cameras, for `train --ball-target`
         save_rig(rig, args.root / CAMERA_CALIBRATION)
         commit(args.root)  # part of the dataset's last good state, so `--resume` keeps it as it is
-    if twin_cameras is not None and (args.root / "meta").is_dir():  # the twin's exact cameras, likewise
-        (args.root / CAMERA_CALIBRATION).write_text(twin_cameras)
-        commit(args.root)
     _report(args, summary, before, after, files)
     if args.push_to_hub:
         url = writer.push_to_hub(private=args.private)
         print(f"pushed to {url}")
     return 0
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    """Check the options (one line each) and fill in the dataset folder and a fleet's arm."""
+    if args.teleop not in TELEOPS:
+        raise UserError(f"unknown teleop device {args.teleop!r}; choose from {', '.join(TELEOPS)}")
+    if args.episodes < 1:
+        raise UserError("--episodes must be at least 1")
+    if args.perturb < 0 or args.perturb_ticks <= 0:
+        raise UserError("--perturb must be >= 0 and --perturb-ticks > 0")
+    args.root = dataset_root(args.root, args.repo_id, args.push_to_hub)
+    apply_fleet(args)
+    if args.twin is not None and (args.robot != "so101" or args.port or args.cameras or args.leader_port):
+        raise UserError("--twin is an so101 (--robot so101) whose buses and cameras come from its info file: give none")
 
 
 def dataset_root(root: Path | None, repo_id: str | None, push: bool) -> Path:
@@ -250,19 +258,7 @@ def _make_session(args: argparse.Namespace):
     from robotrl.core.clock import WallClock
 
     if args.robot == "sim":
-        from robotrl.core.robot import CameraSpec
-        from robotrl.sim.env import TaskEnv
-
-        size = args.image_size
-        names = "front,wrist" if args.cameras is None else args.cameras
-        cameras = tuple(CameraSpec(name, size, size) for name in names.split(",") if name)
-        env = TaskEnv(args.task, args.scenario, cameras=cameras, clock=WallClock() if args.realtime else None)
-        if abs(env.spec.control_rate_hz - args.fps) > 1e-9:
-            env.close()
-            raise UserError(
-                f"the simulated arm runs at {env.spec.control_rate_hz:g} Hz; use --fps {env.spec.control_rate_hz:g}"
-            )
-        return env
+        return _sim_session(args)
     if args.robot not in ("so101", "so100"):
         raise UserError(f"unknown robot {args.robot!r}; choose sim, so101 or so100")
     if not args.port and args.twin is None:
@@ -292,3 +288,21 @@ def _make_session(args: argparse.Namespace):
     robot.connect(watchdog_thread=True)
     on_reset = None if twin_pid is None else partial(new_twin_scene, robot, clock, twin_pid)
     return RobotSession(robot, args.task, clock, on_reset)
+
+
+def _sim_session(args: argparse.Namespace):
+    """The simulated arm's `TaskEnv` with the cameras asked for."""
+    from robotrl.core.clock import WallClock
+    from robotrl.core.robot import CameraSpec
+    from robotrl.sim.env import TaskEnv
+
+    size = args.image_size
+    names = "front,wrist" if args.cameras is None else args.cameras
+    cameras = tuple(CameraSpec(name, size, size) for name in names.split(",") if name)
+    env = TaskEnv(args.task, args.scenario, cameras=cameras, clock=WallClock() if args.realtime else None)
+    if abs(env.spec.control_rate_hz - args.fps) > 1e-9:
+        env.close()
+        raise UserError(
+            f"the simulated arm runs at {env.spec.control_rate_hz:g} Hz; use --fps {env.spec.control_rate_hz:g}"
+        )
+    return env
