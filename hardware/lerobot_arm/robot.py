@@ -21,6 +21,7 @@ from robotrl.core.health import ArmHealth, FrameMeter, MotorReading
 from robotrl.core.ratelimit import LogLimiter
 from robotrl.core.robot import CameraSpec, RobotSpec, RobotState
 from robotrl.hardware.kinematics import Kinematics
+from robotrl.hardware.lerobot_arm.connect import connect_device
 from robotrl.hardware.lerobot_arm.units import (
     LEROBOT_GRIPPER_MAX,
     LerobotUnits,
@@ -130,7 +131,7 @@ class LerobotArm:
             )
         follower = self._make_follower()
         try:
-            follower.connect(calibrate=False)
+            connect_device(follower, lambda: _release(follower), f"the {self.arm.name} arm on {self.port}")
             if not follower.is_calibrated:
                 raise ConfigError(self._calibration_hint(follower))
             self._low, self._high = _accepted_range(follower, self.arm.joint_names)

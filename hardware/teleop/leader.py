@@ -26,6 +26,7 @@ import numpy as np
 from robotrl.core.errors import ConfigError, DeviceNotConnected
 from robotrl.core.robot import RobotState
 from robotrl.hardware.kinematics import Kinematics
+from robotrl.hardware.lerobot_arm.connect import connect_device
 from robotrl.hardware.lerobot_arm.units import LerobotUnits, lerobot_keys, to_radians, units_for
 from robotrl.hardware.models import get_arm
 from robotrl.hardware.teleop.base import TeleopCommand, TeleopDevice, TeleopEvents
@@ -94,7 +95,7 @@ class LeaderArmTeleop:
         )
         leader = SOLeader(config)
         try:
-            leader.connect(calibrate=False)
+            connect_device(leader, lambda: _close(leader), f"the {self.arm.name} leader arm on {self.port}")
             if not leader.is_calibrated:
                 raise ConfigError(
                     f"the leader on {self.port} does not match the calibration "

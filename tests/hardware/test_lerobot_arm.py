@@ -170,6 +170,8 @@ def test_port_that_is_no_motor_bus_raises_device_not_connected(tmp_path) -> None
 # +-1024 * 360 / 4095 = +-90.022 deg), wrist roll the full turn, gripper 2000..3000.
 FAKE_RANGES = {1: (1024, 3072), 2: (1024, 3072), 3: (1024, 3072), 4: (1024, 3072), 5: (0, 4095), 6: (2000, 3000)}
 FAKE_HALF_RANGE_RAD = math.radians(1024 * 360 / 4095)
+PING = 0x01
+"""The Feetech protocol's ping instruction."""
 
 
 @pytest.fixture
@@ -233,6 +235,53 @@ def test_calibration_that_does_not_match_the_motors_is_refused(fake_bus: FakeSer
     with pytest.raises(ConfigError, match="other.json"):
         arm.connect()
     assert not arm.is_connected
+
+
+class LateServoBus(FakeServoBus):
+    """`FakeServoBus` whose servo 1 leaves its first `late` pings unanswered (replies that
+    missed the Feetech SDK's timeout); `pings` counts the pings servo 1 got."""
+
+    def __init__(self, ranges, late: int) -> None:
+        self.late, self.pings = late, 0
+        super().__init__(ranges)
+
+    def _handle(self, id_: int, instruction: int, params: bytes) -> None:
+        if instruction == PING and id_ == 1:
+            self.pings += 1
+            if self.pings <= self.late:
+                return
+        super()._handle(id_, instruction, params)
+
+
+@pytest.mark.parametrize("device", ["arm", "leader"])
+def test_a_servo_that_misses_one_ping_of_the_motor_check_is_tried_once_more(
+    device: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """lerobot's motor check pings each servo once: a reply that comes late once (a loaded
+    host) costs a second connect, not the run; a servo that never answers fails after two
+    tries, with lerobot's list of the missing ids."""
+    pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
+    from robotrl.hardware.teleop.leader import LeaderArmTeleop
+
+    write_calibration(tmp_path, "fake", FAKE_RANGES)
+    make = LerobotArm if device == "arm" else LeaderArmTeleop
+    bus = LateServoBus(FAKE_RANGES, late=1)
+    try:
+        connected = make("so101", port=bus.port, robot_id="fake", calibration_dir=tmp_path)
+        connected.connect()
+        assert bus.pings == 2 and "connecting once more" in caplog.text
+        if isinstance(connected, LerobotArm):
+            np.testing.assert_allclose(connected.read().q_rad[:4], 0.0, atol=1e-9)
+        connected.disconnect()
+    finally:
+        bus.close()
+    dead = LateServoBus(FAKE_RANGES, late=10**6)
+    try:
+        with pytest.raises(DeviceNotConnected, match=r"Missing motor IDs: - 1 \(expected model: 777\)"):
+            make("so101", port=dead.port, robot_id="fake", calibration_dir=tmp_path).connect()
+        assert dead.pings == 2
+    finally:
+        dead.close()
 
 
 # -- a real arm (opt-in) ---------------------------------------------------------------------
