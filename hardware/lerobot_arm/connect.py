@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -25,21 +24,36 @@ RETRY_AFTER_S = 0.2
 """Pause between the failed motor check and the second try."""
 
 
+class _Bus(Protocol):
+    @property
+    def is_connected(self) -> bool: ...
+
+    def disconnect(self, disable_torque: bool = True) -> None: ...
+
+
 class LerobotDevice(Protocol):
+    @property
+    def bus(self) -> _Bus: ...
+
     def connect(self, calibrate: bool = True) -> None: ...
 
 
-def connect_device(device: LerobotDevice, release: Callable[[], None], what: str) -> None:
-    """`device.connect(calibrate=False)`; when lerobot's motor check fails, `release()` (close
-    what the failed try opened), wait `RETRY_AFTER_S` and connect once more. Raises what the
-    last try raised; `what` names the device in the warning."""
-    try:
-        device.connect(calibrate=False)
-        return
-    except RuntimeError as err:
-        if MOTOR_CHECK_FAILED not in str(err):
-            raise
-        release()
-        log.warning("%s: %s; connecting once more", what, " ".join(str(err).split()))
-    time.sleep(RETRY_AFTER_S)
-    device.connect(calibrate=False)
+def connect_device(device: LerobotDevice, what: str) -> None:
+    """`device.connect(calibrate=False)`, once more after `RETRY_AFTER_S` when lerobot's motor
+    check fails. After a failed check the port, left open by lerobot, is closed as it is: the
+    handshake comes before any torque write, and a torque-off write to a servo that is not
+    there would fail and leave the port open. Raises what the last try raised; `what` names
+    the device in the warning."""
+    for attempt in (1, 2):
+        try:
+            device.connect(calibrate=False)
+            return
+        except RuntimeError as err:
+            if MOTOR_CHECK_FAILED not in str(err):
+                raise
+            if device.bus.is_connected:
+                device.bus.disconnect(disable_torque=False)
+            if attempt == 2:
+                raise
+            log.warning("%s: %s; connecting once more", what, " ".join(str(err).split()))
+        time.sleep(RETRY_AFTER_S)

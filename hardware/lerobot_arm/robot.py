@@ -131,7 +131,7 @@ class LerobotArm:
             )
         follower = self._make_follower()
         try:
-            connect_device(follower, lambda: _release(follower), f"the {self.arm.name} arm on {self.port}")
+            connect_device(follower, f"the {self.arm.name} arm on {self.port}")
             if not follower.is_calibrated:
                 raise ConfigError(self._calibration_hint(follower))
             self._low, self._high = _accepted_range(follower, self.arm.joint_names)

@@ -95,7 +95,7 @@ class LeaderArmTeleop:
         )
         leader = SOLeader(config)
         try:
-            connect_device(leader, lambda: _close(leader), f"the {self.arm.name} leader arm on {self.port}")
+            connect_device(leader, f"the {self.arm.name} leader arm on {self.port}")
             if not leader.is_calibrated:
                 raise ConfigError(
                     f"the leader on {self.port} does not match the calibration "
