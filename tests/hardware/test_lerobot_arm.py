@@ -25,8 +25,8 @@ from robotrl.hardware.lerobot_arm.units import (
     units_for,
 )
 from robotrl.hardware.models import ARMS, velocity_limits
+from robotrl.sim.twin.bus import READ, write_calibration
 from robotrl.sim.twin.bus import SimServoBus as FakeServoBus
-from robotrl.sim.twin.bus import write_calibration
 
 # so101.urdf gripper limits: -10 deg .. 100 deg.
 SO101_GRIPPER_LOWER_RAD = -0.174533
@@ -238,40 +238,46 @@ def test_calibration_that_does_not_match_the_motors_is_refused(fake_bus: FakeSer
 
 
 class LateServoBus(FakeServoBus):
-    """`FakeServoBus` whose servo 1 answers nothing until it has had `late` pings (replies
-    that missed the Feetech SDK's timeout; a huge `late` is a servo that is not there: no
-    ping, no write answered); `pings` counts the pings servo 1 got."""
+    """`FakeServoBus` whose servo 1 answers nothing until it has had `late` pings and leaves
+    its register read number `missed_read` (from 1) unanswered (replies that missed the
+    Feetech SDK's timeout; a huge `late` is a servo that is not there: no ping, no write
+    answered); `pings` and `reads` count what servo 1 got."""
 
-    def __init__(self, ranges, late: int) -> None:
-        self.late, self.pings = late, 0
+    def __init__(self, ranges, late: int, missed_read: int = 0) -> None:
+        self.late, self.missed_read, self.pings, self.reads = late, missed_read, 0, 0
         super().__init__(ranges)
 
     def _handle(self, id_: int, instruction: int, params: bytes) -> None:
         if id_ == 1:
             self.pings += instruction == PING
-            if self.pings <= self.late:
+            self.reads += instruction == READ
+            if self.pings <= self.late or (instruction == READ and self.reads == self.missed_read):
                 return
         super()._handle(id_, instruction, params)
 
 
+@pytest.mark.parametrize("missed", ["ping", "port handshake read", "calibration read"])
 @pytest.mark.parametrize("device", ["arm", "leader"])
-def test_a_servo_that_misses_one_ping_of_the_motor_check_is_tried_once_more(
-    device: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_a_servo_that_misses_one_reply_of_the_handshake_is_tried_once_more(
+    device: str, missed: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """lerobot's motor check pings each servo once: a reply that comes late once (a loaded
-    host) costs a second connect, not the run; a servo that is not there fails after two
-    tries, with lerobot's list of the missing ids (the port closed without the torque-off
-    write that servo could not answer)."""
+    """lerobot's handshake pings each servo once, then reads its calibration registers once:
+    a reply that comes late once (a loaded host) costs a second connect, not the run; a
+    servo that is not there fails after two tries, with lerobot's list of the missing ids
+    (the port closed without the torque-off write that servo could not answer)."""
     pytest.importorskip("scservo_sdk", reason="lerobot[feetech] (feetech-servo-sdk) is not installed")
     from robotrl.hardware.teleop.leader import LeaderArmTeleop
 
     write_calibration(tmp_path, "fake", FAKE_RANGES)
     make = LerobotArm if device == "arm" else LeaderArmTeleop
-    bus = LateServoBus(FAKE_RANGES, late=1)
+    missed_read = {"ping": 0, "port handshake read": 2, "calibration read": 4}[missed]  # servo 1's reads, in order
+    bus = LateServoBus(FAKE_RANGES, late=int(missed == "ping"), missed_read=missed_read)
     try:
         connected = make("so101", port=bus.port, robot_id="fake", calibration_dir=tmp_path)
         connected.connect()
         assert bus.pings == 2 and "connecting once more" in caplog.text
+        warned = {"ping": "motor check failed", "port handshake read": "Could not connect on port"}
+        assert warned.get(missed, "Failed to read 'Min_Position_Limit'") in caplog.text
         if isinstance(connected, LerobotArm):
             np.testing.assert_allclose(connected.read().q_rad[:4], 0.0, atol=1e-9)
         connected.disconnect()
