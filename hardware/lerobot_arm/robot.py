@@ -163,7 +163,8 @@ class LerobotArm:
 
     def read(self) -> RobotState:
         """Joint positions in URDF radians and the latest frame of each camera, stamped with
-        `time.monotonic()` when lerobot's observation (motors first, then cameras) returns.
+        `time.monotonic()` when lerobot's observation (motors first, then cameras) returns;
+        each frame's age from lerobot's capture stamp (`frame_age_s`).
 
         A camera that stalls (no frame newer than lerobot's `read_latest` age limit) or
         whose reader died, or a bus that stops answering, holds the arm at its last
@@ -179,13 +180,14 @@ class LerobotArm:
                 f"the {self.arm.name} arm on {self.port} or one of its cameras stopped delivering ({reason}); "
                 "the arm holds: check the camera's and the bus's cables and power"
             ) from err
-        stamp_s = time.monotonic()
+        stamp_s, now_s = time.monotonic(), time.perf_counter()
         measured = np.array([obs[key] for key in self._keys], dtype=np.float64)
         self._last_measured = measured
         images = {cam.name: np.asarray(obs[cam.name], dtype=np.uint8) for cam in self._spec.cameras}
+        ages = {name: frame_age_s(follower.cameras.get(name), obs[name], now_s) for name in self._frames}
         for name, meter in self._frames.items():  # lerobot's readers stamp frames with perf_counter()
             meter.note(getattr(follower.cameras.get(name), "latest_timestamp", None))
-        return RobotState(q_rad=to_radians(measured, self.units), timestamp_s=stamp_s, images=images)
+        return RobotState(to_radians(measured, self.units), stamp_s, images=images, image_ages_s=ages)
 
     def command(self, target_rad: np.ndarray) -> np.ndarray:
         """Send (J,) URDF-radian targets; return the (J,) targets really sent, in radians.
@@ -322,3 +324,19 @@ def _release(follower: SOFollower) -> None:
                 device.disconnect()
         except Exception:  # closing must go on for the other devices
             log.exception("could not close %s", device)
+
+
+def frame_age_s(camera: Any, frame: Any, now_s: float) -> float:
+    """Seconds from the capture of `frame` to `now_s` (`time.perf_counter()`), from the stamp
+    lerobot's camera reader keeps with its newest frame (`latest_frame`, `latest_timestamp`,
+    under `frame_lock`): the time the frame reached the computer, which a camera's constant
+    exposure-to-delivery latency precedes. NaN where the camera keeps no stamp or a newer
+    frame has replaced `frame` since it was read."""
+    lock = getattr(camera, "frame_lock", None)
+    if lock is None:
+        return float("nan")
+    with lock:
+        latest, stamp = getattr(camera, "latest_frame", None), getattr(camera, "latest_timestamp", None)
+    if latest is not frame or stamp is None:
+        return float("nan")
+    return max(now_s - float(stamp), 0.0)

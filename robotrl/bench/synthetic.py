@@ -135,6 +135,8 @@ def synthetic_dataset(
             }
             for k, cam in enumerate(cameras):
                 frame[F.image_key(cam)] = _square(image_size_px, state[0] + k, t)
+            if cameras:
+                frame[F.CAMERA_AGE] = np.zeros(len(cameras), np.float32)
             writer.add_frame(frame)
             state = action
         writer.save_episode()

@@ -87,6 +87,10 @@ class RobotState:
     """(J,) measured joint velocities if the robot reports them, rad/s."""
     images: dict[str, np.ndarray] = field(default_factory=dict)
     """Camera name -> (H, W, 3) uint8 RGB frame."""
+    image_ages_s: dict[str, float] = field(default_factory=dict)
+    """Camera name -> seconds its frame was captured before `timestamp_s` (a real arm's
+    from lerobot's capture stamps; NaN where the camera keeps none). A camera not listed
+    captured its frame at the reading (the simulated arm renders then)."""
 
 
 @runtime_checkable

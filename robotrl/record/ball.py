@@ -4,7 +4,8 @@ simulator's `track` state (metres, metres per second), from what a real arm reco
 
 Per frame, every camera that sees the ball whole (`robotrl.record.blob`) gives a ray from
 its optical centre through the ball's centroid, in the base frame (a camera on the gripper
-is placed by forward kinematics of the frame's measured joints). Two rays at least
+is placed by forward kinematics of the measured joints, interpolated to the instant its
+frame was captured where the recording has the frames' ages). Two rays at least
 `MIN_RAY_ANGLE_DEG` apart are triangulated: the point nearest to the rays, each weighted by
 the ball's image area (a pixel's error costs a camera metres in proportion to its range).
 A frame one camera sees (the larger view where two rays are near parallel) takes the
@@ -35,6 +36,20 @@ MIN_RAY_ANGLE_DEG = 5.0
 """Rays closer to parallel than this triangulate poorly along their common direction."""
 
 
+def states_at(states: np.ndarray, lag_frames: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
+    """(N, J) per-frame joints and (N,) lags in frames -> (N, J) the joints `lag` frames
+    before each frame, interpolated linearly within its episode (its first frame's joints
+    before its start). A NaN lag takes the median of the finite ones (0 without any); a
+    negative one counts as 0."""
+    lag = np.asarray(lag_frames, dtype=float)
+    finite = np.isfinite(lag)
+    lag = np.maximum(np.where(finite, lag, np.median(lag[finite]) if finite.any() else 0.0), 0.0)
+    at = np.maximum(np.arange(len(states)) - lag, episode_start)
+    low = np.floor(at).astype(int)
+    high, weight = np.minimum(low + 1, len(states) - 1), (at - low)[:, None]
+    return states[low] * (1 - weight) + states[high] * weight
+
+
 def base_rays(
     rig: CameraRig, camera: str, uv: np.ndarray, states_rad: np.ndarray, kinematics: Kinematics | None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -62,10 +77,13 @@ def ball_env_states(
     episode_start: np.ndarray,
     episode_end: np.ndarray,
     fps: float,
+    ages_s: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """(N, 6) float32: the ball's base-frame position (m) then velocity (m/s) per frame.
     `images` maps each calibrated camera to use -> (N, 3, S, S) uint8 RGB frames,
-    `states_rad` (N, J) the joints measured with them."""
+    `states_rad` (N, J) the joints measured with them, `ages_s` a camera -> (N,) seconds
+    its frames were captured before those joints were read (a recording's camera_age_s;
+    NaN unknown; a camera not in it: 0)."""
     cameras = tuple(images)
     n = len(states_rad)
     origins, dirs = np.zeros((n, len(cameras), 3)), np.zeros((n, len(cameras), 3))
@@ -74,7 +92,9 @@ def ball_env_states(
         pos, visible = blob_positions(np.asarray(images[cam]))
         whole[:, k] = whole_in_view(pos[:, 2], visible, episode_start, episode_end)
         sizes[:, k] = pos[:, 2]
-        origins[:, k], dirs[:, k] = base_rays(rig, cam, pos[:, :2], states_rad, kinematics)
+        age = (ages_s or {}).get(cam)
+        at_capture = states_rad if age is None else states_at(states_rad, np.asarray(age) * fps, episode_start)
+        origins[:, k], dirs[:, k] = base_rays(rig, cam, pos[:, :2], at_capture, kinematics)
     views = whole.sum(1)
     cos = np.einsum("nki,nli->nkl", dirs, dirs)
     two = ((cos < np.cos(np.radians(MIN_RAY_ANGLE_DEG))) & whole[:, :, None] & whole[:, None, :]).any((1, 2))

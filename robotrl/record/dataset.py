@@ -146,7 +146,7 @@ def load_frames(
             {cam: images[cam].numpy() for cam in blob_cameras}, blob_cameras, start, end, float(ds.fps)
         )
     if use_env_state and rig is not None:
-        env_states = _ball_labels(ds, rig, images, states_rad, start, end)
+        env_states = _ball_labels(ds, rig, images, states_rad, start, end, _camera_ages(ds, table))
     return FrameTable(
         states=states_rad.astype(np.float32),
         actions=convention.to_radians(data[action_col]).astype(np.float32),
@@ -179,7 +179,19 @@ def decode_frames(ds, episode: int, camera: str, timestamps: np.ndarray) -> torc
     )
 
 
-def _ball_labels(ds, rig: CameraRig, images: dict[str, torch.Tensor], states_rad, start, end) -> np.ndarray:
+def _camera_ages(ds, table) -> dict[str, np.ndarray]:
+    """Camera -> (N,) seconds each frame was captured before its joints were read, from the
+    recording's camera_age_s column ({} in recordings made before it)."""
+    feature = ds.features.get(F.CAMERA_AGE)
+    if feature is None:
+        return {}
+    ages = np.asarray(table[F.CAMERA_AGE], dtype=np.float64).reshape(len(table), -1)
+    return {str(name): ages[:, k] for k, name in enumerate(feature["names"])}
+
+
+def _ball_labels(
+    ds, rig: CameraRig, images: dict[str, torch.Tensor], states_rad, start, end, ages_s: dict[str, np.ndarray]
+) -> np.ndarray:
     """`ball_env_states` from the calibrated cameras among `images`; ConfigError where the
     calibration does not fit the recording (frame shape, arm)."""
     cams = [c for c in images if c in rig.cameras]
@@ -196,7 +208,8 @@ def _ball_labels(ds, rig: CameraRig, images: dict[str, torch.Tensor], states_rad
         raise ConfigError(f"dataset robot_type {ds.meta.robot_type!r} names no known arm to place the gripper camera")
     kinematics = Kinematics(get_arm(model)) if model else None
     log.info("ball target from the calibrated cameras %s", ", ".join(cams))
-    return ball_env_states({c: images[c].numpy() for c in cams}, rig, states_rad, kinematics, start, end, float(ds.fps))
+    images_np = {c: images[c].numpy() for c in cams}
+    return ball_env_states(images_np, rig, states_rad, kinematics, start, end, float(ds.fps), ages_s)
 
 
 def frame_tolerance_s(tolerance_s: float, last_s: float) -> float:

@@ -8,6 +8,7 @@
 | teleop.action | float32 | (J,) | what the teleop device asked for, before safety |
 | sim.environment_state | float32 | (E,) | privileged task features (sim only), metres |
 | measured_time_s | float32 | (1,) | measured time since the episode started, seconds |
+| camera_age_s | float32 | (C,) | seconds each camera's frame was captured before measured_time_s |
 | next.reward, next.success | float32, bool | (1,) | task reward and success after the step (sim) |
 
 Joint columns are absolute positions in the dataset's `JointConvention`
@@ -19,7 +20,11 @@ lerobot's trainer takes every `observation.*` feature as a policy input and ever
 `action*` one as an output, so only what a real arm has is stored under those prefixes: the
 simulator's privileged state, the teleop's request and the clock live outside them.
 LeRobot's own `timestamp` column stays at frame_index / fps, as its video decoder needs; the
-measured time lives beside it, so slow loops are visible instead of hidden.
+measured time lives beside it, so slow loops are visible instead of hidden. So do the
+frames' ages (`RobotState.image_ages_s`: lerobot's capture stamps on a real arm, 0 where
+frames are rendered at the reading, NaN where unknown): a gripper camera's frame a tick
+older than the joints stored with it is placed by the joints of its own instant
+(`robotrl.record.ball`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ ACTION = "action"
 TELEOP_ACTION = "teleop.action"
 ENV_STATE = "sim.environment_state"
 MEASURED_TIME = "measured_time_s"
+CAMERA_AGE = "camera_age_s"
 REWARD = "next.reward"
 SUCCESS = "next.success"
 JOINT_KEYS = (STATE, ACTION, TELEOP_ACTION)
@@ -75,6 +81,9 @@ def dataset_features(
     }
     if env_state_dim:
         features[ENV_STATE] = {"dtype": "float32", "shape": (env_state_dim,), "names": None}
+    if spec.cameras:
+        names = [cam.name for cam in spec.cameras]
+        features[CAMERA_AGE] = {"dtype": "float32", "shape": (len(names),), "names": names}
     for cam in spec.cameras:
         features[image_key(cam.name)] = {
             "dtype": "video" if use_videos else "image",

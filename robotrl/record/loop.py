@@ -87,6 +87,9 @@ def make_frame(obs: Observation, step: Step, cmd: TeleopCommand, t0_s: float, en
         frame[F.ENV_STATE] = np.asarray(obs.env_state, dtype=np.float32)
     for camera, image in obs.state.images.items():
         frame[F.image_key(camera)] = image
+    if obs.state.images:
+        ages = [obs.state.image_ages_s.get(camera, 0.0) for camera in obs.state.images]
+        frame[F.CAMERA_AGE] = np.array(ages, dtype=np.float32)
     return frame
 
 

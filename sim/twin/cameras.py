@@ -11,6 +11,12 @@ that far: `OpenCVCameraConfig.index_or_path` is a `Path`, which folds "//" into 
 
 Frames are (H, W, 3) uint8 RGB. They are JPEG-encoded as they are, as lerobot's image server
 does with its RGB frames, so `ZMQCamera` (which decodes with OpenCV) hands back RGB again.
+
+Each frame handed to `update()` is sent once, at once, as a camera delivers each frame it
+captures: lerobot's reader stamps a frame when it arrives (`latest_timestamp`), so that stamp
+is the frame's time, as on a real camera. (Sending the newest frame again at a fixed rate, as
+lerobot's image server does, would restamp an old frame as new.) Before the first `update()`
+the initial grey frame goes out at `fps`, so a reader connects before anything renders.
 """
 
 from __future__ import annotations
@@ -28,14 +34,15 @@ JPEG_QUALITY = 90
 
 
 class FramePublisher:
-    """Publishes camera `name`'s latest frame at `fps` on a ZMQ PUB socket bound to a free
-    port of `host` (`.port`), until `stop()`.
+    """Publishes camera `name`'s frames on a ZMQ PUB socket bound to a free port of `host`
+    (`.port`), until `stop()`: each `update()` once, the grey frame at `fps` before the first.
 
     Args:
         name: the camera's name in every message (`camera_name` of lerobot's config).
         h, w: frame height and width in pixels.
         value: grey level (0..255) of the frame published before the first `update()`.
-        fps: messages per second.
+        fps: the camera's frame rate (its `--cameras` entry); grey frames per second before
+            the first `update()`.
         host: address to bind; loopback by default (nothing leaves the machine).
     """
 
@@ -51,6 +58,9 @@ class FramePublisher:
         self.port = self._sock.bind_to_random_port(f"tcp://{host}")
         self._lock = threading.Lock()
         self._jpeg_b64 = _encode(np.full(self.shape, value, np.uint8))
+        self._fresh = False
+        """An `update()` not sent yet."""
+        self._updated = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"camera {name}", daemon=True)
         self._thread.start()
@@ -61,7 +71,8 @@ class FramePublisher:
             raise ValueError(f"camera {self.name!r} takes {self.shape} uint8 frames, got {frame.shape} {frame.dtype}")
         encoded = _encode(frame)
         with self._lock:
-            self._jpeg_b64 = encoded
+            self._jpeg_b64, self._fresh = encoded, True
+        self._updated.set()
 
     def config(self, **fields) -> dict:
         """This camera's entry of a lerobot `--cameras` map (`fields` override or add)."""
@@ -74,24 +85,29 @@ class FramePublisher:
         return json.dumps({name or self.name: self.config(**fields)})
 
     def _run(self) -> None:
-        period_s = 1.0 / self.fps
-        next_s = time.monotonic()
+        period_s, updated = 1.0 / self.fps, False
         while not self._stop.is_set():
+            self._updated.clear()
             with self._lock:
-                image = self._jpeg_b64
-            message = {"timestamps": {self.name: time.time()}, "images": {self.name: image}}
-            try:
-                self._sock.send_string(json.dumps(message), zmq.NOBLOCK)
-            except zmq.Again:  # no subscriber keeping up: drop the frame, as the image server does
-                pass
-            next_s = max(next_s + period_s, time.monotonic())
-            self._stop.wait(next_s - time.monotonic())
+                image, fresh, self._fresh = self._jpeg_b64, self._fresh, False
+            if fresh or not updated:
+                self._send(image)
+            updated |= fresh
+            self._updated.wait(period_s)  # an update() wakes it at once
+
+    def _send(self, image: str) -> None:
+        message = {"timestamps": {self.name: time.time()}, "images": {self.name: image}}
+        try:
+            self._sock.send_string(json.dumps(message), zmq.NOBLOCK)
+        except zmq.Again:  # no subscriber keeping up: drop the frame, as the image server does
+            pass
 
     def stop(self) -> None:
         """Stop publishing and close the socket; a no-op the second time."""
         if self._stop.is_set():
             return
         self._stop.set()
+        self._updated.set()
         self._thread.join(timeout=2)
         self._sock.close(linger=0)
         self._ctx.term()

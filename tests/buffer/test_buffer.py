@@ -443,6 +443,7 @@ def test_demo_dataset_loads_resized_with_reward_and_success(tmp_path, monkeypatc
                     F.SUCCESS: np.array([ep == 1 and t == 5]),
                     F.ENV_STATE: np.zeros(2, np.float32),
                     F.image_key("front"): np.full((16, 16, 3), 200, np.uint8),
+                    F.CAMERA_AGE: np.zeros(1, np.float32),
                     "task": "reach",
                 }
             )

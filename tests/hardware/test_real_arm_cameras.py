@@ -76,6 +76,17 @@ def test_read_returns_lerobot_camera_frames_and_a_stalled_camera_holds_the_arm(f
         front = arm.health()["cameras"]["front"]
         assert 15.0 < front["fps"] <= 40.0, front  # new frames seen per second: at most the reads' rate
         assert front["frame_age_s"] is not None and front["frame_age_s"] < 0.2
+        assert 0.0 <= arm.read().image_ages_s["front"] < 0.1  # the grey frame, sent at 60 fps
+        updated_s = time.monotonic()
+        publisher.update(np.full((24, 32, 3), 30, np.uint8))  # one frame, then no more (a stalled render)
+        time.sleep(0.1)
+        first = arm.read()
+        time.sleep(0.3)
+        later = arm.read()
+        assert abs(float(later.images["front"].mean()) - 30) < 3  # that frame is still the newest
+        assert 0.0 <= first.image_ages_s["front"] <= first.timestamp_s - updated_s  # stamped when it came
+        age_gain = later.image_ages_s["front"] - first.image_ages_s["front"]
+        assert abs(age_gain - (later.timestamp_s - first.timestamp_s)) < 0.01, age_gain  # sent once: not restamped
         goal_before = [fake_bus.present(i) for i in range(1, 7)]
         publisher.stop()  # the camera stops delivering: lerobot's frame ages past its limit
         time.sleep(1.2)
@@ -150,3 +161,7 @@ def test_record_from_a_leader_arm_stores_both_cameras_as_video_that_lerobot_load
         assert ds.meta.features[key]["dtype"] == "video" and tuple(ds.meta.features[key]["shape"]) == (24, 32, 3)
         frame = ds[45][key]  # (3, H, W) float in [0, 1], decoded from the episode's video
         assert abs(float(frame.mean()) * 255 - value) < 6, (cam, float(frame.mean()) * 255)
+    assert ds.meta.features["camera_age_s"]["names"] == ["front", "wrist"]
+    ages = np.stack([ds[i]["camera_age_s"].numpy() for i in range(60)])  # lerobot's capture stamps, per frame
+    known = ages[np.isfinite(ages)]
+    assert len(known) >= 110 and known.min() >= 0.0 and np.median(known) < 0.05, ages  # frames sent at 60 fps

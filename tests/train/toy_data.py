@@ -116,6 +116,7 @@ def _add_frame(writer, t: int, state, action, image, instruction: str, env_state
             F.ENV_STATE: env_state,
             F.image_key("front"): image,
             F.image_key("wrist"): image[::-1].copy(),
+            F.CAMERA_AGE: np.zeros(2, np.float32),
             "task": instruction,
         }
     )
