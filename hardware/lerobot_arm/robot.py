@@ -326,17 +326,24 @@ def _release(follower: SOFollower) -> None:
             log.exception("could not close %s", device)
 
 
+NEWEST_FRAME_ATTRIBUTES = ("latest_frame", "latest_color_frame")
+"""Where lerobot 0.6's camera readers keep the frame `latest_timestamp` stamps (OpenCV and
+ZMQ; RealSense)."""
+
+
 def frame_age_s(camera: Any, frame: Any, now_s: float) -> float:
     """Seconds from the capture of `frame` to `now_s` (`time.perf_counter()`), from the stamp
-    lerobot's camera reader keeps with its newest frame (`latest_frame`, `latest_timestamp`,
-    under `frame_lock`): the time the frame reached the computer, which a camera's constant
-    exposure-to-delivery latency precedes. NaN where the camera keeps no stamp or a newer
-    frame has replaced `frame` since it was read."""
+    lerobot's camera reader keeps with its newest frame (`latest_timestamp` beside
+    `latest_frame`, a RealSense's `latest_color_frame`, under `frame_lock`): the time the
+    frame reached the computer, which a camera's constant exposure-to-delivery latency
+    precedes. NaN where the camera keeps no stamp or a newer frame has replaced `frame`
+    since it was read."""
     lock = getattr(camera, "frame_lock", None)
     if lock is None:
         return float("nan")
     with lock:
-        latest, stamp = getattr(camera, "latest_frame", None), getattr(camera, "latest_timestamp", None)
-    if latest is not frame or stamp is None:
+        stamped = [getattr(camera, name, None) for name in NEWEST_FRAME_ATTRIBUTES]
+        stamp = getattr(camera, "latest_timestamp", None)
+    if stamp is None or not any(latest is frame for latest in stamped):
         return float("nan")
     return max(now_s - float(stamp), 0.0)

@@ -5,12 +5,15 @@ real lerobot driver on a simulated Feetech bus (pseudo-terminal) and lerobot's Z
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +21,7 @@ from test_lerobot_arm import FAKE_RANGES
 
 from robotrl.core.errors import ConfigError, DeviceNotConnected
 from robotrl.hardware.lerobot_arm.cameras import parse_cameras
-from robotrl.hardware.lerobot_arm.robot import LerobotArm
+from robotrl.hardware.lerobot_arm.robot import NEWEST_FRAME_ATTRIBUTES, LerobotArm, frame_age_s
 from robotrl.sim.twin.bus import SimServoBus as FakeServoBus
 from robotrl.sim.twin.bus import write_calibration
 from robotrl.sim.twin.cameras import FramePublisher
@@ -96,6 +99,18 @@ def test_read_returns_lerobot_camera_frames_and_a_stalled_camera_holds_the_arm(f
         assert [fake_bus.present(i) for i in range(1, 7)] == goal_before  # held where it was measured
     finally:
         arm.disconnect()
+
+
+def test_a_frames_age_is_from_lerobots_stamp_of_that_very_frame():
+    """`frame_age_s` reads what lerobot's readers keep: the stamp beside `latest_frame`
+    (OpenCV, ZMQ) or `latest_color_frame` (RealSense); a frame that a newer one replaced
+    since it was read, or a camera that keeps no stamp, has no known age (NaN)."""
+    frame, newer = np.zeros((2, 2, 3), np.uint8), np.zeros((2, 2, 3), np.uint8)
+    for attribute in NEWEST_FRAME_ATTRIBUTES:
+        camera = SimpleNamespace(frame_lock=threading.Lock(), latest_timestamp=10.0, **{attribute: frame})
+        assert frame_age_s(camera, frame, 10.25) == 0.25
+        assert math.isnan(frame_age_s(camera, newer, 10.25))  # equal pixels, another frame
+    assert math.isnan(frame_age_s(SimpleNamespace(latest_frame=frame), frame, 10.25))
 
 
 def _deploy(args: list[str], calibration: Path) -> subprocess.CompletedProcess:
