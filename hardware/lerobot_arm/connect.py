@@ -25,7 +25,7 @@ MISSED_REPLY = ("motor check failed", "There is no status packet")
 register read with no retry (ConnectionError with the SDK's "no status packet", which the
 port's handshake wraps in its own "Could not connect on port")."""
 RETRY_AFTER_S = 0.2
-"""Pause between the failed motor check and the second try."""
+"""Pause between the failed handshake and the second try."""
 
 
 class _Bus(Protocol):

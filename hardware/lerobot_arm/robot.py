@@ -184,9 +184,11 @@ class LerobotArm:
         measured = np.array([obs[key] for key in self._keys], dtype=np.float64)
         self._last_measured = measured
         images = {cam.name: np.asarray(obs[cam.name], dtype=np.uint8) for cam in self._spec.cameras}
-        ages = {name: frame_age_s(follower.cameras.get(name), obs[name], now_s) for name in self._frames}
+        ages = {}
         for name, meter in self._frames.items():  # lerobot's readers stamp frames with perf_counter()
-            meter.note(getattr(follower.cameras.get(name), "latest_timestamp", None))
+            camera = follower.cameras.get(name)
+            meter.note(getattr(camera, "latest_timestamp", None))
+            ages[name] = frame_age_s(camera, obs[name], now_s)
         return RobotState(to_radians(measured, self.units), stamp_s, images=images, image_ages_s=ages)
 
     def command(self, target_rad: np.ndarray) -> np.ndarray:
