@@ -52,6 +52,7 @@ from robotrl.core.policy import (
 )
 from robotrl.core.ratelimit import LogLimiter
 from robotrl.inference.chunking import forward_state
+from robotrl.inference.delayed import DelaySpec
 from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
 from robotrl.inference.request_slots import RequestSlots
@@ -122,9 +123,14 @@ class ServeJob:
     """Folder with server.key_secret and allowed_clients/ (CURVE), or None."""
     device: str = DEFAULT_DEVICE
     """Where the policy runs: auto (a free GPU, else the CPU), cpu, cuda or cuda:N."""
+    delay: DelaySpec | None = None
+    """Each reply held until d control ticks of the policy's rate after its request
+    (`robotrl.inference.delayed`): an arm rehearses a slower model; None: the policy's own."""
 
     def __post_init__(self) -> None:
         check_device(self.device)
+        if self.delay is not None and self.server.weights_from:
+            raise ValueError("a delayed policy takes no new weights: serve either --delay-ticks or --weights-from")
 
 
 @dataclass

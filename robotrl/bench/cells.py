@@ -17,6 +17,7 @@ import numpy as np
 
 from robotrl.bench.metrics import reaction_ticks, staleness_histogram
 from robotrl.inference.chunking import boundary_discontinuity_ratio, boundary_jerk_ratio, prefix_consistency
+from robotrl.inference.delayed import DelaySpec
 from robotrl.inference.runner import EpisodeResult
 from robotrl.inference.stepped import STEPPED_MODES, run_stepped_episode
 from robotrl.sim.scenario import Scenario
@@ -26,40 +27,6 @@ if TYPE_CHECKING:
     from robotrl.core.policy import ChunkPolicy
     from robotrl.hardware.kinematics import Kinematics
     from robotrl.sim.env import TaskEnv
-
-
-@dataclass(frozen=True)
-class DelaySpec:
-    """Injected inference delay d in control ticks: fixed (low == high) or drawn
-    uniformly from {low..high} for every request."""
-
-    low: int
-    high: int
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.low <= self.high:
-            raise ValueError(f"delay needs 0 <= low <= high ticks, got {self.low}..{self.high}")
-
-    @classmethod
-    def parse(cls, text: str) -> DelaySpec:
-        """ "4" -> fixed 4 ticks; "2-6" -> uniform on {2..6}."""
-        low, _, high = text.strip().partition("-")
-        return cls(int(low), int(high or low))
-
-    @property
-    def fixed(self) -> bool:
-        return self.low == self.high
-
-    @property
-    def label(self) -> str:
-        return str(self.low) if self.fixed else f"U{{{self.low}..{self.high}}}"
-
-    @property
-    def mean_ticks(self) -> float:
-        return (self.low + self.high) / 2
-
-    def draw(self, rng: np.random.Generator) -> int:
-        return int(rng.integers(self.low, self.high + 1))
 
 
 PIPELINED_MODES = ("naive", "vlash", "vlash+rtc")

@@ -19,13 +19,14 @@ from typing import cast
 
 import numpy as np
 
-from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, chunk_horizon, load_checkpoint, make_env, run_cell
+from robotrl.bench.cells import BenchSetup, Cell, chunk_horizon, load_checkpoint, make_env, run_cell
 from robotrl.bench.plots import plot_latency
 from robotrl.bench.realtime import REALTIME_MODES, RealtimeCell, run_realtime_cell
 from robotrl.bench.report import Table, write_report
 from robotrl.bench.runner import run_cells
 from robotrl.bench.summary import MAIN_COLUMNS, find_row, row_cells, sanitize, summarize, wilson_text
 from robotrl.core.errors import UserError
+from robotrl.inference.delayed import DelaySpec
 from robotrl.sim.scenario import get_scenario
 
 MODES = ("sync", "naive", "vlash", "vlash+rtc", "ensemble")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robotrl.bench.cells import PIPELINED_MODES, BenchSetup, DelaySpec, load_checkpoint, make_env
+from robotrl.bench.cells import PIPELINED_MODES, BenchSetup, load_checkpoint, make_env
+from robotrl.inference.delayed import DelaySpec, delayed
 from robotrl.inference.runner import EpisodeResult, TickEvent
 from robotrl.sim.scenario import Scenario
 
@@ -61,45 +62,6 @@ class Jitter:
 
     def on_episode_end(self, result: EpisodeResult) -> None:
         pass
-
-
-class DelayedPolicy:
-    """A `ChunkPolicy` whose reply is due (d - 1/2) * `dt_s` after the call (or when its own
-    compute ends, if later), d drawn from `delay` (seeded): half a tick before the d-th tick
-    after the request, so the executor takes it in at tick t + d, as in stepped mode."""
-
-    def __init__(self, policy, delay: DelaySpec, dt_s: float, seed: int) -> None:
-        self.policy, self.delay, self.dt_s = policy, delay, dt_s
-        self._rng = np.random.default_rng(seed)
-
-    @property
-    def metadata(self):
-        return self.policy.metadata
-
-    def predict_chunk(self, obs, *latent_and_age):
-        done_s = time.perf_counter() + max(self.delay.draw(self._rng) - 0.5, 0.0) * self.dt_s
-        chunk = self.policy.predict_chunk(obs, *latent_and_age)
-        time.sleep(max(0.0, done_s - time.perf_counter()))
-        return chunk
-
-    def reset(self) -> None:
-        self.policy.reset()
-
-
-class DelayedSlowFastPolicy(DelayedPolicy):
-    """A `DelayedPolicy` of a `SlowFastPolicy` that stays one: the server keeps its latents
-    (`LatentCache`, the slow pathway's refresh rate) as it does for the policy deployed."""
-
-    def encode_slow(self, obs):
-        return self.policy.encode_slow(obs)
-
-
-def delayed(policy, delay: DelaySpec, dt_s: float, seed: int) -> DelayedPolicy:
-    """`policy` whose replies take `delay` ticks, with its slow pathway when it has one."""
-    from robotrl.core.policy import SlowFastPolicy
-
-    wrapper = DelayedSlowFastPolicy if isinstance(policy, SlowFastPolicy) else DelayedPolicy
-    return wrapper(policy, delay, dt_s, seed)
 
 
 def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:

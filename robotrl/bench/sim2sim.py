@@ -17,12 +17,13 @@ from typing import cast
 
 import numpy as np
 
-from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, chunk_horizon, load_checkpoint, make_env, run_cell
+from robotrl.bench.cells import BenchSetup, Cell, chunk_horizon, load_checkpoint, make_env, run_cell
 from robotrl.bench.plots import plot_sim2sim
 from robotrl.bench.realtime import REALTIME_MODES, RealtimeCell, run_realtime_cell
 from robotrl.bench.report import Table, write_report
 from robotrl.bench.runner import run_cells
 from robotrl.bench.summary import find_row, sanitize, summarize, wilson_text
+from robotrl.inference.delayed import DelaySpec
 from robotrl.sim.scenario import Scenario, get_scenario
 
 COLUMNS = (

@@ -115,17 +115,23 @@ def executor_config(args: argparse.Namespace, max_in_flight: int = 1) -> Executo
         raise UserError(str(exc)) from None
 
 
-def server_endpoint(args: argparse.Namespace, model_workers: int = 1) -> tuple[str, subprocess.Popen | None]:
-    """--server, or a local `robotrl serve --policy` with `model_workers` started (and
-    answering) now."""
+def server_endpoint(
+    args: argparse.Namespace, model_workers: int = 1, delay: str | None = None
+) -> tuple[str, subprocess.Popen | None]:
+    """--server, or a local `robotrl serve --policy` with `model_workers` (its replies held
+    to `delay`, `--delay-ticks`) started (and answering) now."""
+    from robotrl.commands.flags import delay_option
     from robotrl.learn.launch import start_local_server, wait_for_server
 
     if args.server:
+        if delay is not None:
+            raise UserError("--delay-ticks holds a local server's replies: give it to the `robotrl serve` at --server")
         return args.server, None
     if args.policy is None:
         raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
+    held = delay_option(delay)
     with tempfile.TemporaryDirectory(prefix="robotrl-serve-") as folder:  # read by the server at its start
-        proc, endpoint = start_local_server(args.policy, Path(folder), model_workers)
+        proc, endpoint = start_local_server(args.policy, Path(folder), model_workers, held)
         try:
             wait_for_server(endpoint, proc)
         except BaseException:

@@ -180,8 +180,8 @@ def _setup(args: argparse.Namespace):
 
 
 def _delays(text: str) -> list:
-    from robotrl.bench.cells import DelaySpec
     from robotrl.core.errors import UserError
+    from robotrl.inference.delayed import DelaySpec
 
     try:
         return [DelaySpec.parse(part) for part in text.split(",") if part.strip()]

@@ -192,7 +192,8 @@ keeps only the rows the delay left of each chunk (docs/algorithms.md section 1).
 
 def stage_latency(args: argparse.Namespace) -> None:
     from robotrl.bench import latency
-    from robotrl.bench.cells import BenchSetup, DelaySpec
+    from robotrl.bench.cells import BenchSetup
+    from robotrl.inference.delayed import DelaySpec
     from robotrl.inference.evaluation import EVAL_SEED0
 
     _banner(

@@ -13,6 +13,7 @@ from robotrl.commands.arm_options import (
     executor_config,
     server_endpoint,
 )
+from robotrl.commands.flags import add_delay_argument
 from robotrl.core.errors import UserError
 
 
@@ -27,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "inference delay, for N times the model calls; the local server runs N model workers (a remote "
         "`robotrl serve` needs --workers N) (default: 1)",
     )
+    add_delay_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.in_flight < 1:
         raise UserError(f"--in-flight must be >= 1, got {args.in_flight}")
     arm, executor = arm_config(args), executor_config(args, args.in_flight)  # bad options fail before a server starts
-    endpoint, server = server_endpoint(args, model_workers=args.in_flight)
+    endpoint, server = server_endpoint(args, model_workers=args.in_flight, delay=args.delay_ticks)
     try:
         episodes = _episodes(args, arm, executor, endpoint)
     finally:

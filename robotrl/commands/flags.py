@@ -83,3 +83,27 @@ def resolve_device(requested: str, *, role: str | None = None, fleet: str | None
     choice = select_device(requested, gpu)
     print(choice.line(role), flush=True)
     return choice.device
+
+
+def add_delay_argument(parser: Any) -> None:
+    """`--delay-ticks D|LOW-HIGH`: the served policy's replies held to D control ticks."""
+    parser.add_argument(
+        "--delay-ticks",
+        metavar="D|LOW-HIGH",
+        help="hold each reply until D control ticks (at the policy's rate) after its request, or D drawn from "
+        "LOW..HIGH per model call: the arm runs as under a slower model or a farther GPU, on the deploy path "
+        "itself (default: the model's own time)",
+    )
+
+
+def delay_option(text: str | None):
+    """`--delay-ticks` as a `DelaySpec` (None when not given); a bad value is one line."""
+    from robotrl.core.errors import UserError
+    from robotrl.inference.delayed import DelaySpec
+
+    if text is None:
+        return None
+    try:
+        return DelaySpec.parse(text)
+    except ValueError as exc:
+        raise UserError(f"--delay-ticks {text!r}: give ticks like 8 or 6-10 ({exc})") from None

@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from robotrl.commands.flags import add_device_arguments, add_field, resolve_device
+from robotrl.commands.flags import add_delay_argument, add_device_arguments, add_field, delay_option, resolve_device
 from robotrl.inference.server import ServeJob, ServerConfig
 
 STATUS_EVERY_S = 10.0
@@ -71,12 +71,14 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         field="step_rad",
     )
     add_field(parser, "--seed", ServeJob, "seed of the policy's sampling noise")
+    add_delay_argument(parser)
     add_device_arguments(parser, role="inference_server", config=ServeJob)
 
 
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from robotrl.inference.delayed import delayed
     from robotrl.inference.server import PolicyServer
     from robotrl.policies.loading import load_policy
     from robotrl.wire.transport import check_bindable
@@ -85,13 +87,16 @@ def run(args: argparse.Namespace) -> int:
     check_bindable(job.server.endpoint)  # a port in use fails now, not after the model loads
     device = resolve_device(job.device, role="inference_server", fleet=args.fleet)
     policy = load_policy(job.policy, seed=job.seed, device=device)
+    if job.delay is not None:
+        policy = delayed(policy, job.delay, 1.0 / policy.metadata.control_rate_hz, job.seed)
     config = replace(job.server, max_step_rad=(job.step_rad,) * policy.metadata.action_dim)
     server = PolicyServer(policy, config, curve=_curve(job.curve_keys), device=device)
     server.start()
     meta = policy.metadata
+    delay = "" if job.delay is None else f" (replies held to {job.delay.label} ticks)"
     print(
         f"serving {meta.policy_type} (H={meta.horizon}) on {server.endpoint}; model {server.model_ms:.1f} ms per "
-        "chunk; Ctrl-C to stop",
+        f"chunk{delay}; Ctrl-C to stop",
         flush=True,
     )
     if config.weights_from:
@@ -120,7 +125,11 @@ def _job(args: argparse.Namespace) -> ServeJob:
         weights_from=args.weights_from,
         weights_keys=args.learner_keys,
     )
-    return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys, args.device)
+    delay = delay_option(args.delay_ticks)
+    try:
+        return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys, args.device, delay)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _report_until_stopped(server) -> int:

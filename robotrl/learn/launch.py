@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from robotrl.core.errors import UserError
 
 if TYPE_CHECKING:
+    from robotrl.inference.delayed import DelaySpec
     from robotrl.inference.server import ServeJob
 
 LOCAL = "127.0.0.1"
@@ -107,16 +108,18 @@ def start_server(job: ServeJob, config_file: Path, log: Path | None = None) -> s
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
-def start_local_server(policy: Path, config_dir: Path, model_workers: int = 1) -> tuple[subprocess.Popen, str]:
+def start_local_server(
+    policy: Path, config_dir: Path, model_workers: int = 1, delay: DelaySpec | None = None
+) -> tuple[subprocess.Popen, str]:
     """`robotrl serve` of `policy` with `model_workers` on a free loopback port (its config
-    file in `config_dir`): (process, endpoint)."""
+    file in `config_dir`), its replies held to `delay` ticks when given: (process, endpoint)."""
     from robotrl.inference.server import ServeJob, ServerConfig
 
     if not policy.exists():
         raise UserError(f"policy checkpoint {policy} does not exist")
     endpoint = f"tcp://{LOCAL}:{free_port()}"
     server = ServerConfig(endpoint=endpoint, model_workers=model_workers)
-    return start_server(ServeJob(policy, server), config_dir / "server.json"), endpoint
+    return start_server(ServeJob(policy, server, delay=delay), config_dir / "server.json"), endpoint
 
 
 def wait_for_server(endpoint: str, proc: subprocess.Popen, timeout_s: float = SERVER_START_S) -> None:

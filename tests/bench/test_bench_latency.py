@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from robotrl.bench import latency, sim2sim
-from robotrl.bench.cells import BenchSetup, Cell, DelaySpec, run_cell
+from robotrl.bench.cells import BenchSetup, Cell, run_cell
 from robotrl.bench.runner import CACHE_FILE, run_cells
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.inference.delayed import DelaySpec
 from robotrl.inference.ensemble import EnsembleExecutor, ensemble_weights
 from robotrl.inference.executor import LocalChunkSource
 from robotrl.inference.runner import EpisodeRunner
@@ -374,8 +375,8 @@ def test_latency_run_adds_real_time_episodes_through_the_server(tmp_path):
 def test_a_delayed_slow_fast_policy_keeps_its_slow_pathway_for_the_server():
     """Real time goes through the server's latent cache as deploy does: the delay wrapper
     of a slow/fast policy is still one (else every request would encode its frames)."""
-    from robotrl.bench.realtime import delayed
     from robotrl.core.policy import SlowFastPolicy
+    from robotrl.inference.delayed import delayed
     from robotrl.inference.stepped import ExpertChunkPolicy
     from robotrl.sim.env import TaskEnv
 

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from robotrl.bench.cells import DelaySpec
 from robotrl.bench.metrics import (
     chunk_time_s,
     histogram_stats,
@@ -19,6 +18,7 @@ from robotrl.bench.metrics import (
     staleness_histogram,
 )
 from robotrl.inference.chunking import boundary_discontinuity_ratio, boundary_jerk_ratio
+from robotrl.inference.delayed import DelaySpec
 from robotrl.inference.ensemble import ensemble_weights
 from robotrl.sim.rollout import wilson_interval
 

@@ -205,7 +205,7 @@ def test_under_a_jittered_delay_vlash_plans_for_the_short_delays():
     few replies are measured it plans for d = 2 and a later reply drops its first rows.
     Its executed rows are then at most a tick older than naive's on average; planning for
     the 95th percentile (6) made every early reply wait, 2.5 ticks older on this task."""
-    from robotrl.bench.cells import DelaySpec
+    from robotrl.inference.delayed import DelaySpec
     from robotrl.sim.env import TaskEnv
 
     jitter, track = DelaySpec(2, 6), TaskEnv("track", cameras=())
