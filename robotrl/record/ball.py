@@ -11,9 +11,14 @@ the ball's image area (a pixel's error costs a camera metres in proportion to it
 A frame one camera sees (the larger view where two rays are near parallel) takes the
 point of that ray nearest the position interpolated between the episode's triangulated
 frames, or, in an episode without any, the point at the range the ball's apparent size
-gives; frames no camera sees whole are interpolated within the episode. The episode's track
-is then smoothed and differentiated (`robotrl.record.smooth`: a 0.19 s jerk-penalised fit,
-the whole episode at once). On 20 of `track`'s recorded episodes (96 px front and wrist
+gives; frames no camera sees whole are interpolated within the episode. Where the frames'
+ages are known, each ray is then moved by the ball's motion over its frame's age (the
+velocity of that first pass) and the ball placed again, so that it is where it was when
+the joints were read, the instant the policy pairs it with (on a twin recording whose
+frames are 0-34 ms old this moves the labels half a tick later in time, their mean age,
+and leaves their scatter as it was). The episode's track is then smoothed and
+differentiated (`robotrl.record.smooth`: a 0.19 s jerk-penalised fit, the whole episode
+at once). On 20 of `track`'s recorded episodes (96 px front and wrist
 videos) this is within 0.14 / 0.07 / 0.14 cm and 0.56 / 0.30 / 0.48 cm/s rms of the
 simulator's ball (x / y / z); per frame, with a +-6-frame central difference, it was
 0.26 / 0.14 / 0.25 cm and 1.01 / 0.58 / 0.91 cm/s.
@@ -36,15 +41,19 @@ MIN_RAY_ANGLE_DEG = 5.0
 """Rays closer to parallel than this triangulate poorly along their common direction."""
 
 
+def known_lags(lags: np.ndarray) -> np.ndarray:
+    """(N,) lags (frames or seconds; NaN unknown) -> the same with each NaN the median of
+    the finite ones (0 without any) and negatives 0."""
+    lag = np.asarray(lags, dtype=float)
+    finite = np.isfinite(lag)
+    return np.maximum(np.where(finite, lag, np.median(lag[finite]) if finite.any() else 0.0), 0.0)
+
+
 def states_at(states: np.ndarray, lag_frames: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
     """(N, J) per-frame joints and (N,) lags in frames -> (N, J) the joints `lag` frames
     before each frame, interpolated linearly within its episode (its first frame's joints
-    before its start). A NaN lag takes the median of the finite ones (0 without any); a
-    negative one counts as 0."""
-    lag = np.asarray(lag_frames, dtype=float)
-    finite = np.isfinite(lag)
-    lag = np.maximum(np.where(finite, lag, np.median(lag[finite]) if finite.any() else 0.0), 0.0)
-    at = np.maximum(np.arange(len(states)) - lag, episode_start)
+    before its start); lags as `known_lags` reads them."""
+    at = np.maximum(np.arange(len(states)) - known_lags(lag_frames), episode_start)
     low = np.floor(at).astype(int)
     high, weight = np.minimum(low + 1, len(states) - 1), (at - low)[:, None]
     return states[low] * (1 - weight) + states[high] * weight
@@ -79,48 +88,84 @@ def ball_env_states(
     fps: float,
     ages_s: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """(N, 6) float32: the ball's base-frame position (m) then velocity (m/s) per frame.
-    `images` maps each calibrated camera to use -> (N, 3, S, S) uint8 RGB frames,
-    `states_rad` (N, J) the joints measured with them, `ages_s` a camera -> (N,) seconds
-    its frames were captured before those joints were read (a recording's camera_age_s;
-    NaN unknown; a camera not in it: 0)."""
+    """(N, 6) float32: the ball's base-frame position (m) then velocity (m/s) per frame, at
+    the instant its joints were read. `images` maps each calibrated camera to use -> (N, 3,
+    S, S) uint8 RGB frames, `states_rad` (N, J) the joints measured with them, `ages_s` a
+    camera -> (N,) seconds its frames were captured before those joints were read (a
+    recording's camera_age_s; NaN unknown; a camera not in it: 0). With ages, each ray is
+    moved by the ball's motion over its frame's age (the velocity of a first pass) before
+    the rays are triangulated again: each then passes where the ball was at the reading."""
     cameras = tuple(images)
     n = len(states_rad)
     origins, dirs = np.zeros((n, len(cameras), 3)), np.zeros((n, len(cameras), 3))
-    sizes, whole = np.zeros((n, len(cameras))), np.zeros((n, len(cameras)), bool)
+    sizes, whole, ages = np.zeros((n, len(cameras))), np.zeros((n, len(cameras)), bool), np.zeros((n, len(cameras)))
+    given = ages_s or {}
     for k, cam in enumerate(cameras):
         pos, visible = blob_positions(np.asarray(images[cam]))
         whole[:, k] = whole_in_view(pos[:, 2], visible, episode_start, episode_end)
         sizes[:, k] = pos[:, 2]
-        age = (ages_s or {}).get(cam)
-        at_capture = states_rad if age is None else states_at(states_rad, np.asarray(age) * fps, episode_start)
-        origins[:, k], dirs[:, k] = base_rays(rig, cam, pos[:, :2], at_capture, kinematics)
-    views = whole.sum(1)
-    cos = np.einsum("nki,nli->nkl", dirs, dirs)
-    two = ((cos < np.cos(np.radians(MIN_RAY_ANGLE_DEG))) & whole[:, :, None] & whole[:, None, :]).any((1, 2))
-    ball = np.zeros((n, 3))
-    if two.any():
-        ball[two] = nearest_points(origins[two], dirs[two], (whole * sizes**2)[two])
-    ball = fill_gaps(ball, two, episode_start, episode_end)
-    has_two = np.zeros(n, bool)
-    for first in np.unique(episode_start):
-        has_two[first : episode_end[first]] = two[first : episode_end[first]].any()
-    one = (views > 0) & ~two
-    best = np.argmax(np.where(whole, sizes, -1.0), axis=1)
-    for k, cam in enumerate(cameras):
-        rows = np.flatnonzero(one & (best == k))
-        o, d = origins[rows, k], dirs[rows, k]
-        along = np.where(
-            has_two[rows],
-            np.einsum("ni,ni->n", ball[rows] - o, d),
-            distance_from_size(rig.cameras[cam], sizes[rows, k], rig.object_diameter_m),
+        if cam in given:
+            ages[:, k] = known_lags(np.asarray(given[cam]))
+        origins[:, k], dirs[:, k] = base_rays(
+            rig, cam, pos[:, :2], states_at(states_rad, ages[:, k] * fps, episode_start), kinematics
         )
-        ball[rows] = o + d * along[:, None]
+    track = RayTrack(rig, cameras, dirs, sizes, whole, episode_start, episode_end)
+    ball = track.positions(origins)
+    if ages.any():
+        _, velocity = smooth_track(ball, episode_start, episode_end, fps)
+        ball = track.positions(origins + velocity[:, None] * ages[:, :, None])
     log.info(
         "ball target: triangulated in %.1f%% of frames, on one camera's ray in %.1f%%, interpolated in %.1f%%",
-        100 * two.mean(),
-        100 * one.mean(),
-        100 * (views == 0).mean(),
+        100 * track.two.mean(),
+        100 * track.one.mean(),
+        100 * (track.views == 0).mean(),
     )
-    ball = fill_gaps(ball, views > 0, episode_start, episode_end)
     return np.concatenate(smooth_track(ball, episode_start, episode_end, fps), axis=1).astype(np.float32)
+
+
+class RayTrack:
+    """Which rays of each frame place the ball (they depend on the rays' directions and the
+    ball's image sizes, not on where the rays start): `positions(origins)` places it."""
+
+    def __init__(
+        self,
+        rig: CameraRig,
+        cameras: tuple[str, ...],
+        dirs: np.ndarray,
+        sizes: np.ndarray,
+        whole: np.ndarray,
+        episode_start: np.ndarray,
+        episode_end: np.ndarray,
+    ) -> None:
+        """(N, C, 3) unit ray directions, (N, C) the ball's image area and whether camera c
+        sees it whole, per frame."""
+        self.rig, self.cameras, self.dirs, self.sizes, self.whole = rig, cameras, dirs, sizes, whole
+        self.episode_start, self.episode_end = episode_start, episode_end
+        self.views = whole.sum(1)
+        cos = np.einsum("nki,nli->nkl", dirs, dirs)
+        self.two = ((cos < np.cos(np.radians(MIN_RAY_ANGLE_DEG))) & whole[:, :, None] & whole[:, None, :]).any((1, 2))
+        self.one = (self.views > 0) & ~self.two
+        self.has_two = np.zeros(len(dirs), bool)
+        for first in np.unique(episode_start):
+            self.has_two[first : episode_end[first]] = self.two[first : episode_end[first]].any()
+
+    def positions(self, origins: np.ndarray) -> np.ndarray:
+        """(N, C, 3) ray origins (base frame, m) -> (N, 3) the ball per frame: triangulated
+        where two rays are far enough apart, on the larger view's ray where one is, else
+        interpolated within the episode."""
+        start, end, whole, sizes, dirs = self.episode_start, self.episode_end, self.whole, self.sizes, self.dirs
+        ball = np.zeros((len(origins), 3))
+        if self.two.any():
+            ball[self.two] = nearest_points(origins[self.two], dirs[self.two], (whole * sizes**2)[self.two])
+        ball = fill_gaps(ball, self.two, start, end)
+        best = np.argmax(np.where(whole, sizes, -1.0), axis=1)
+        for k, cam in enumerate(self.cameras):
+            rows = np.flatnonzero(self.one & (best == k))
+            o, d = origins[rows, k], dirs[rows, k]
+            along = np.where(
+                self.has_two[rows],
+                np.einsum("ni,ni->n", ball[rows] - o, d),
+                distance_from_size(self.rig.cameras[cam], sizes[rows, k], self.rig.object_diameter_m),
+            )
+            ball[rows] = o + d * along[:, None]
+        return fill_gaps(ball, self.views > 0, start, end)
