@@ -3,9 +3,12 @@ written once, in its frozen dataclass) and the help ends with it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robotrl.core.config import field_default
+
+if TYPE_CHECKING:
+    from robotrl.inference.delayed import DelaySpec
 
 
 def add_field(parser: Any, flag: str, config: type, help: str, *, field: str | None = None, **options: Any) -> None:
@@ -96,7 +99,7 @@ def add_delay_argument(parser: Any) -> None:
     )
 
 
-def delay_option(text: str | None):
+def delay_option(text: str | None) -> DelaySpec | None:
     """`--delay-ticks` as a `DelaySpec` (None when not given); a bad value is one line."""
     from robotrl.core.errors import UserError
     from robotrl.inference.delayed import DelaySpec
