@@ -273,10 +273,11 @@ def _labelled(outcome: TaskOutcome, label: bool | None) -> TaskOutcome:
 
 class StatusLine:
     """An observer printing one live line: control rate, missed ticks, delay estimate,
-    weight version, pauses."""
+    weight version, pauses, on `stream` (default: the standard output when it is made, not
+    when this module was imported: a replaced `sys.stdout` may be closed by then)."""
 
-    def __init__(self, executor: Executor, stream=sys.stdout) -> None:
-        self.executor, self.stream = executor, stream
+    def __init__(self, executor: Executor, stream=None) -> None:
+        self.executor, self.stream = executor, sys.stdout if stream is None else stream
         self._start_s = time.monotonic()
         self._ticks = self._paused = 0
 

@@ -8,6 +8,7 @@ Subcommands live in `robotrl/commands/<name>.py` (`-` in a name is `_` there), e
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
 import sys
@@ -56,7 +57,16 @@ def command_module(name: str) -> ModuleType:
     return importlib.import_module(f"robotrl.commands.{name.replace('-', '_')}")
 
 
+def report_crashes() -> None:
+    """A crash in native code (MuJoCo, its renderer, a driver) prints every thread's Python
+    stack to stderr before the process dies (`faulthandler`), so a segfault leaves a trace:
+    a twin that died of one mid-run had left none (docs/results.md section 46)."""
+    if not faulthandler.is_enabled() and sys.__stderr__ is not None:
+        faulthandler.enable(file=sys.__stderr__, all_threads=True)
+
+
 def main(argv: list[str] | None = None) -> int:
+    report_crashes()
     argv = sys.argv[1:] if argv is None else argv
     top = build_parser()
     known, rest = top.parse_known_args(argv)

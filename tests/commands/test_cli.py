@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -307,3 +308,12 @@ def test_serve_exits_non_zero_when_a_server_thread_has_died_or_the_learner_is_re
     else:
         assert "threads 2/2" in captured.out and "learner LOST" in captured.out
         assert "error: weights: protocol version mismatch" in captured.err
+
+
+def test_a_crash_in_native_code_leaves_the_python_stack_on_stderr():
+    """A command's process that segfaults (here: a read of address 0, as a driver or
+    renderer bug would) prints where every thread was before it dies."""
+    crash = "import ctypes; from robotrl.cli import report_crashes; report_crashes(); ctypes.string_at(0)"
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGSEGV
+    assert "Segmentation fault" in done.stderr and 'File "<string>", line 1' in done.stderr

@@ -146,3 +146,16 @@ def test_open_arm_refuses_a_policy_of_another_control_rate_and_sim_cameras():
     for robot, seconds in (("so101", -1.0), ("sim", 5.0)):  # a simulated task resets its own scene
         with pytest.raises(UserError, match="--reset-time-s is >= 0 s, and for real arms"):
             ArmConfig(robot, port="/dev/ttyACM0" if robot != "sim" else None, reset_time_s=seconds)
+
+
+def test_the_status_line_writes_to_the_standard_output_of_when_it_is_made(monkeypatch):
+    """Not to the one of when its module was imported: that one may be closed since (a
+    replaced `sys.stdout`, as a test's captured output or a caller's redirection)."""
+    import io
+    import sys
+
+    from robotrl.inference.runner import StatusLine
+
+    now = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", now)
+    assert StatusLine(None).stream is now  # type: ignore[arg-type]
