@@ -12,6 +12,7 @@ from robotrl.commands.flags import add_fleet_arguments, apply_fleet
 from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
 from robotrl.inference.arm import ArmConfig
+from robotrl.inference.delayed import DelaySpec
 from robotrl.inference.executor import MODES, ExecutorConfig
 from robotrl.learn.actor import ActorJob
 
@@ -116,11 +117,10 @@ def executor_config(args: argparse.Namespace, max_in_flight: int = 1) -> Executo
 
 
 def server_endpoint(
-    args: argparse.Namespace, model_workers: int = 1, delay: str | None = None
+    args: argparse.Namespace, model_workers: int = 1, delay: DelaySpec | None = None
 ) -> tuple[str, subprocess.Popen | None]:
     """--server, or a local `robotrl serve --policy` with `model_workers` (its replies held
     to `delay`, `--delay-ticks`) started (and answering) now."""
-    from robotrl.commands.flags import delay_option
     from robotrl.learn.launch import start_local_server, wait_for_server
 
     if args.server:
@@ -129,9 +129,8 @@ def server_endpoint(
         return args.server, None
     if args.policy is None:
         raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
-    held = delay_option(delay)
     with tempfile.TemporaryDirectory(prefix="robotrl-serve-") as folder:  # read by the server at its start
-        proc, endpoint = start_local_server(args.policy, Path(folder), model_workers, held)
+        proc, endpoint = start_local_server(args.policy, Path(folder), model_workers, delay)
         try:
             wait_for_server(endpoint, proc)
         except BaseException:

@@ -13,7 +13,7 @@ from robotrl.commands.arm_options import (
     executor_config,
     server_endpoint,
 )
-from robotrl.commands.flags import add_delay_argument
+from robotrl.commands.flags import add_delay_argument, delay_option
 from robotrl.core.errors import UserError
 
 
@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if args.in_flight < 1:
         raise UserError(f"--in-flight must be >= 1, got {args.in_flight}")
     arm, executor = arm_config(args), executor_config(args, args.in_flight)  # bad options fail before a server starts
-    endpoint, server = server_endpoint(args, model_workers=args.in_flight, delay=args.delay_ticks)
+    delay = delay_option(args.delay_ticks)
+    endpoint, server = server_endpoint(args, model_workers=args.in_flight, delay=delay)
     try:
         episodes = _episodes(args, arm, executor, endpoint)
     finally:
