@@ -1,15 +1,15 @@
 """Injected inference delay: a policy whose replies take d control ticks.
 
 The latency benchmark's real-time mode (`robotrl.bench.realtime`) and `robotrl serve
---delay-ticks` wrap the served policy in `delayed(...)`, so an arm (simulated, the twin or
-a real one) can be run under the delay a slower model or a remote GPU would give it, on
-the deploy path itself: the reply is held until half a tick before the d-th control tick
-after the request, so the executor takes it in at tick t + d, as in stepped mode.
+--delay-ticks` give the `PolicyServer` a `ReplyHold`, so an arm (simulated, the twin or a
+real one) can be run under the delay a slower model or a remote GPU would give it, on the
+deploy path itself: each reply is held until half a tick before the d-th control tick
+after its request arrived, so the executor takes it in at tick t + d, as in stepped mode.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,49 +49,26 @@ class DelaySpec:
         return int(rng.integers(self.low, self.high + 1))
 
 
-class DelayedPolicy:
-    """A `ChunkPolicy` whose reply is due (d - 1/2) * `dt_s` after the call (or when its own
-    compute ends, if later), d drawn from `delay` (seeded) per call: half a tick before the
-    d-th tick after the request, so the executor takes it in at tick t + d, as in stepped
-    mode. A batch of several robots' requests is one call: one d for all of them."""
+class ReplyHold:
+    """When a served reply may go out under an injected delay: (d - 1/2) control ticks
+    after its request arrived at the server, d drawn per model call (a batch of several
+    robots' requests is one call: one d for all of them). The policy's own compute, its
+    slow pathway's encoding and the wait for a model worker count toward the hold, so the
+    executor takes the reply in at tick t + d, as in stepped mode, unless the model itself
+    takes longer."""
 
-    def __init__(self, policy, delay: DelaySpec, dt_s: float, seed: int) -> None:
-        self.policy, self.delay, self.dt_s = policy, delay, dt_s
+    def __init__(self, delay: DelaySpec, dt_s: float, seed: int) -> None:
+        self.delay, self.dt_s = delay, dt_s
         self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()  # model workers draw side by side
 
     @property
-    def metadata(self):
-        return self.policy.metadata
+    def mean_s(self) -> float:
+        """Seconds from arrival to reply, on average over the draws."""
+        return max(self.delay.mean_ticks - 0.5, 0.0) * self.dt_s
 
-    def predict_chunk(self, obs, *latent_and_age):
-        return self.predict_chunks([obs], *([value] for value in latent_and_age))[0]
-
-    def predict_chunks(self, observations, *latents_and_ages):
-        from robotrl.core.policy import BatchedPolicy
-
-        done_s = time.perf_counter() + max(self.delay.draw(self._rng) - 0.5, 0.0) * self.dt_s
-        if isinstance(self.policy, BatchedPolicy):
-            chunks = self.policy.predict_chunks(observations, *latents_and_ages)
-        else:
-            chunks = [self.policy.predict_chunk(*args) for args in zip(observations, *latents_and_ages)]
-        time.sleep(max(0.0, done_s - time.perf_counter()))
-        return chunks
-
-    def reset(self) -> None:
-        self.policy.reset()
-
-
-class DelayedSlowFastPolicy(DelayedPolicy):
-    """A `DelayedPolicy` of a `SlowFastPolicy` that stays one: the server keeps its latents
-    (`LatentCache`, the slow pathway's refresh rate) as it does for the policy deployed."""
-
-    def encode_slow(self, obs):
-        return self.policy.encode_slow(obs)
-
-
-def delayed(policy, delay: DelaySpec, dt_s: float, seed: int) -> DelayedPolicy:
-    """`policy` whose replies take `delay` ticks, with its slow pathway when it has one."""
-    from robotrl.core.policy import SlowFastPolicy
-
-    wrapper = DelayedSlowFastPolicy if isinstance(policy, SlowFastPolicy) else DelayedPolicy
-    return wrapper(policy, delay, dt_s, seed)
+    def draw_ns(self) -> int:
+        """Nanoseconds from a request's arrival to its reply, for one model call."""
+        with self._lock:
+            d = self.delay.draw(self._rng)
+        return round(max(d - 0.5, 0.0) * self.dt_s * 1e9)

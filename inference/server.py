@@ -7,7 +7,8 @@ Threads:
 - model workers (`model_workers`, one by default): each takes the waiting requests (the
   newest of each robot, `RequestSlots`), waits at most `batch_wait_ms` for requests of
   other robots, forwards each state to the tick its chunk starts (VLASH), runs the
-  policy (batched when it offers `predict_chunks`) and hands the replies back. Several
+  policy (batched when it offers `predict_chunks`) and hands the replies back (with a
+  `ReplyHold`, each d ticks after its request arrived: an injected delay). Several
   workers run their batches side by side (a robot with several requests in flight gets
   them answered concurrently). New weights are swapped in only while no batch runs, so
   one chunk never mixes versions; the version goes out in every reply.
@@ -52,7 +53,7 @@ from robotrl.core.policy import (
 )
 from robotrl.core.ratelimit import LogLimiter
 from robotrl.inference.chunking import forward_state
-from robotrl.inference.delayed import DelaySpec
+from robotrl.inference.delayed import DelaySpec, ReplyHold
 from robotrl.inference.latency import LatencyStats
 from robotrl.inference.latents import LatentCache
 from robotrl.inference.request_slots import RequestSlots
@@ -151,8 +152,11 @@ class PolicyServer:
         curve: ServerKeys | None = None,
         version: int = 0,
         device: str | None = None,
+        hold: ReplyHold | None = None,
     ) -> None:
         self.policy = policy
+        self.hold = hold
+        """An injected delay: every reply waits until d ticks after its request arrived."""
         self.device = device
         """Where the policy computes ("cpu", "cuda:N"), for `health()`; None: not said."""
         self.config = config
@@ -281,6 +285,8 @@ class PolicyServer:
             self._latents.clear()
         # The last warm-up calls tell clients how long a chunk takes (first guess of d).
         self.model_ms = float(np.median(times_ms[1:] or times_ms)) if times_ms else 0.0
+        if self.hold is not None:
+            self.model_ms = max(self.model_ms, self.hold.mean_s * 1000.0)
 
     def _io_loop(self) -> None:
         info = {
@@ -443,7 +449,10 @@ class PolicyServer:
         model_ns = time.perf_counter_ns() - start_ns
         self._batches.append((time.monotonic(), len(batch)))
         self.first_chunk_ns.setdefault(self.version, time.monotonic_ns())
-        for p, chunk in zip(batch, chunks):
+        hold_ns = 0 if self.hold is None else self.hold.draw_ns()
+        for p, chunk in sorted(zip(batch, chunks), key=lambda pair: pair[0].received_ns):
+            if hold_ns:
+                time.sleep(max(0, p.received_ns + hold_ns - time.perf_counter_ns()) / 1e9)
             queue_ns = start_ns - p.received_ns
             total_ns = time.perf_counter_ns() - p.received_ns
             self.stats.add(queue=queue_ns, model=model_ns, total=total_ns)

@@ -3,8 +3,9 @@
 A `PolicyServer` on loopback ZMQ, a `ClientSocket`, and the episode runner (executor +
 `RemoteChunkSource`) driving a `TaskEnv` on the wall clock behind `SafeRobot`. Two
 loop-level perturbations exist only here:
-- latency distribution: a served policy's reply is taken in d ticks after the request, d
-  drawn per call (it sleeps what its own compute leaves; a slower model takes its own time);
+- latency distribution: the server holds each reply to d ticks after its request arrived,
+  d drawn per call (`ReplyHold`: the model's own compute counts toward it; a slower model
+  takes its own time);
 - control-rate jitter: each tick's command goes out U(0, jitter * dt) late (a random
   sleep), so the physics between commands runs irregularly long; stepped mode cannot do
   this (its physics step per tick is fixed).
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robotrl.bench.cells import PIPELINED_MODES, BenchSetup, load_checkpoint, make_env
-from robotrl.inference.delayed import DelaySpec, delayed
+from robotrl.inference.delayed import DelaySpec, ReplyHold
 from robotrl.inference.runner import EpisodeResult, TickEvent
 from robotrl.sim.scenario import Scenario
 
@@ -82,8 +83,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
         if setup.checkpoint
         else ExpertChunkPolicy(env.make_expert(cell.seed), setup.horizon, env.spec)
     )
-    if cell.latency is not None:
-        policy = delayed(policy, cell.latency, env.dt_s, cell.seed)
+    hold = None if cell.latency is None else ReplyHold(cell.latency, env.dt_s, cell.seed)
     observers = [Jitter(cell.jitter * env.dt_s, cell.seed)] if cell.jitter > 0 else []
     in_flight = setup.max_in_flight if cell.mode in PIPELINED_MODES else 1
     config = ExecutorConfig(
@@ -91,7 +91,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
     )
     server_config = ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=2, model_workers=in_flight)
     try:
-        with PolicyServer(policy, server_config) as server:
+        with PolicyServer(policy, server_config, hold=hold) as server:
             with ClientSocket(server.endpoint, robot_id="bench") as client:
                 info = client.connect(timeout_s=10.0)
                 policy.reset()

@@ -78,7 +78,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from robotrl.inference.delayed import delayed
+    from robotrl.inference.delayed import ReplyHold
     from robotrl.inference.server import PolicyServer
     from robotrl.policies.loading import load_policy
     from robotrl.wire.transport import check_bindable
@@ -87,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
     check_bindable(job.server.endpoint)  # a port in use fails now, not after the model loads
     device = resolve_device(job.device, role="inference_server", fleet=args.fleet)
     policy = load_policy(job.policy, seed=job.seed, device=device)
-    if job.delay is not None:
-        policy = delayed(policy, job.delay, 1.0 / policy.metadata.control_rate_hz, job.seed)
+    dt_s = 1.0 / policy.metadata.control_rate_hz
+    hold = None if job.delay is None else ReplyHold(job.delay, dt_s, job.seed)
     config = replace(job.server, max_step_rad=(job.step_rad,) * policy.metadata.action_dim)
-    server = PolicyServer(policy, config, curve=_curve(job.curve_keys), device=device)
+    server = PolicyServer(policy, config, curve=_curve(job.curve_keys), device=device, hold=hold)
     server.start()
     meta = policy.metadata
     delay = "" if job.delay is None else f" (replies held to {job.delay.label} ticks)"

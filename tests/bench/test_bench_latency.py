@@ -370,34 +370,3 @@ def test_latency_run_adds_real_time_episodes_through_the_server(tmp_path):
     assert row["mode"] == "vlash" and row["episodes"] == 1 and row["delay_p50_ticks"] >= 2
     assert row["within_stepped"] is not None
     assert "## Real time through the server" in (tmp_path / "report.md").read_text()
-
-
-def test_a_delayed_slow_fast_policy_keeps_its_slow_pathway_for_the_server():
-    """Real time goes through the server's latent cache as deploy does: the delay wrapper
-    of a slow/fast policy is still one (else every request would encode its frames)."""
-    from robotrl.core.policy import SlowFastPolicy
-    from robotrl.inference.delayed import delayed
-    from robotrl.inference.stepped import ExpertChunkPolicy
-    from robotrl.sim.env import TaskEnv
-
-    class Slow:
-        metadata = PolicyMetadata("slow", 4, 6, 30.0, 6)
-
-        def encode_slow(self, obs):
-            return 7.0
-
-        def predict_chunk(self, obs, latent=None, latent_age_ticks=0):
-            return (latent, latent_age_ticks)
-
-        def reset(self):
-            pass
-
-    wrapped = delayed(Slow(), DelaySpec(0, 0), 1 / 30, seed=0)
-    assert isinstance(wrapped, SlowFastPolicy) and wrapped.encode_slow(None) == 7.0
-    assert wrapped.predict_chunk(None, 7.0, 3) == (7.0, 3)
-    env = TaskEnv("reach", cameras=())
-    try:
-        plain = delayed(ExpertChunkPolicy(env.make_expert(0), 4, env.spec), DelaySpec(0, 0), 1 / 30, seed=0)
-    finally:
-        env.close()
-    assert not isinstance(plain, SlowFastPolicy)

@@ -1,71 +1,115 @@
-"""Injected inference delay on the deploy path: `robotrl.inference.delayed` and
-`robotrl deploy/serve --delay-ticks`."""
+"""Injected inference delay on the deploy path: the server's `ReplyHold` and `robotrl
+deploy/serve --delay-ticks`."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
+from server_doubles import request
 
 from robotrl.core.config import load_config, save_config
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
-from robotrl.inference import delayed as delayed_module
-from robotrl.inference.delayed import DelaySpec, delayed
-from robotrl.inference.server import ServeJob, ServerConfig
+from robotrl.inference import server as server_module
+from robotrl.inference.delayed import DelaySpec, ReplyHold
+from robotrl.inference.server import PolicyServer, ServeJob, ServerConfig, _Pending
+from robotrl.wire.client import ClientSocket
 
 
-def observation(tick: int) -> PolicyObservation:
-    return PolicyObservation(state_rad=np.zeros(6), images={}, instruction="", tick=tick, delay_ticks=0)
+class FakeClock:
+    """Stands in for the server module's `time`: `sleep` moves the clock on."""
+
+    def __init__(self) -> None:
+        self.now_ns = 10**12
+
+    def perf_counter_ns(self) -> int:
+        return self.now_ns
+
+    def sleep(self, seconds: float) -> None:
+        self.now_ns += round(seconds * 1e9)
+
+    monotonic, monotonic_ns = staticmethod(time.monotonic), staticmethod(time.monotonic_ns)
 
 
 class Batched:
-    """Answers a batch in one call (rows: the state), recording each call's batch size."""
+    """Answers a batch in one call, recording each call's size; the call takes `compute_s`
+    on the fake clock."""
 
     metadata = PolicyMetadata("echo", 1, 6, 30.0, 6)
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock, compute_s: float) -> None:
+        self.clock, self.compute_s = clock, compute_s
         self.batches: list[int] = []
 
     def predict_chunks(self, observations: list[PolicyObservation]) -> list[ActionChunk]:
         self.batches.append(len(observations))
+        self.clock.sleep(self.compute_s)
         return [ActionChunk(obs.state_rad[None], obs.tick) for obs in observations]
 
     def reset(self) -> None:
         pass
 
 
-class OneByOne(Batched):
-    """The same without a batched call: the wrapper calls it once per observation."""
-
-    predict_chunks = None  # type: ignore[assignment]
-
-    def predict_chunk(self, obs: PolicyObservation) -> ActionChunk:
-        return Batched.predict_chunks(self, [obs])[0]
-
-
-@pytest.mark.parametrize("inner", [Batched, OneByOne])
-def test_a_batch_of_several_robots_requests_is_held_once(inner, monkeypatch):
-    """Three robots' requests in one batch wait d ticks together, not 3 d: one sleep of
-    (d - 1/2) ticks less the model's own time, whether the policy batches or not."""
-    slept: list[float] = []
-    monkeypatch.setattr(delayed_module.time, "sleep", slept.append)
-    policy = inner()
-    wrapped = delayed(policy, DelaySpec(4, 4), dt_s=0.1, seed=0)
-    chunks = wrapped.predict_chunks([observation(t) for t in (10, 11, 12)])
-    assert [c.start_tick for c in chunks] == [10, 11, 12]
-    assert policy.batches == ([3] if inner is Batched else [1, 1, 1])
-    assert len(slept) == 1 and 0.3 < slept[0] <= 0.35  # 3.5 ticks of 0.1 s, less the model's microseconds
-    assert wrapped.predict_chunk(observation(20)).start_tick == 20 and len(slept) == 2
+@pytest.mark.parametrize("compute_s", [0.02, 0.5])
+def test_each_reply_goes_out_d_ticks_after_its_own_request_arrived(compute_s, monkeypatch):
+    """Three robots' requests in one batch: one model call, one d for all, each reply held
+    to (d - 1/2) ticks after its own request's arrival (the model's time counts toward it);
+    a model slower than that answers when it is done."""
+    clock = FakeClock()
+    monkeypatch.setattr(server_module, "time", clock)
+    policy = Batched(clock, compute_s)
+    server = PolicyServer(policy, ServerConfig(), hold=ReplyHold(DelaySpec(4, 4), dt_s=0.1, seed=0))
+    sent: list[tuple[int, int]] = []
+    server._reply = lambda identity, reply: sent.append((reply.request_id, clock.now_ns))
+    arrived = {i: clock.now_ns - age_ms * 1_000_000 for i, age_ms in ((1, 10), (2, 5), (3, 0))}
+    server._answer_valid([_Pending(b"", request(f"arm{i}", i, np.zeros(6)), arrived[i]) for i in (3, 1, 2)])
+    assert policy.batches == [3]
+    done_ns = arrived[3] + round(compute_s * 1e9)
+    assert sent == [(i, max(arrived[i] + 350_000_000, done_ns)) for i in (1, 2, 3)]
 
 
-def test_a_jittered_delay_is_drawn_per_call_from_its_range(monkeypatch):
-    slept: list[float] = []
-    monkeypatch.setattr(delayed_module.time, "sleep", slept.append)
-    wrapped = delayed(Batched(), DelaySpec(2, 6), dt_s=1.0, seed=3)
-    for tick in range(200):
-        wrapped.predict_chunk(observation(tick))
-    ticks = np.round(np.asarray(slept) + 0.5).astype(int)  # each sleep is d - 1/2 s less microseconds
+def test_a_jittered_delay_is_drawn_per_model_call_from_its_range():
+    hold = ReplyHold(DelaySpec(2, 6), dt_s=1.0, seed=3)
+    ticks = np.asarray([hold.draw_ns() for _ in range(200)]) / 1e9 + 0.5
     assert set(ticks) == {2, 3, 4, 5, 6}
-    assert abs(ticks.mean() - 4.0) < 0.3
+    assert abs(ticks.mean() - 4.0) < 0.3 and hold.mean_s == 3.5
+
+
+class SlowEncoder:
+    """A fast/slow policy trained on fresh latents (every request encodes its frame): the
+    encoding takes 150 ms, the fast pathway nothing."""
+
+    metadata = PolicyMetadata("slow-encoder", 1, 6, 10.0, 6, ("front",), 4, max_latent_age_ticks=0)
+
+    def encode_slow(self, obs: PolicyObservation) -> float:
+        time.sleep(0.15)
+        return 0.0
+
+    def predict_chunk(self, obs: PolicyObservation, latent=None, latent_age_ticks: int = 0) -> ActionChunk:
+        return ActionChunk(obs.state_rad[None], obs.tick + obs.delay_ticks)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_a_slow_pathway_encoding_counts_toward_the_held_delay():
+    """Over real sockets: d = 4 at 10 Hz is a reply 350 ms after the request, the 150 ms
+    encoding included (held from the model call's start instead, it took 500 ms); the hello
+    tells the robot as much, so its first estimate of d is already 4."""
+    config = ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=0)
+    with PolicyServer(SlowEncoder(), config, hold=ReplyHold(DelaySpec(4, 4), dt_s=0.1, seed=0)) as server:
+        with ClientSocket(server.endpoint, robot_id="arm") as client:
+            info = client.connect(timeout_s=5)
+            round_trips = []
+            for i in range(3):
+                req = request("arm", i, np.zeros(6), tick=10 * i)
+                req.images = {"front": np.zeros((4, 4, 3), np.uint8)}
+                start = time.perf_counter()
+                client.request(req, 5)
+                round_trips.append(time.perf_counter() - start)
+    assert info["model_ms"] == pytest.approx(350.0)
+    assert all(0.349 < rtt < 0.45 for rtt in round_trips), round_trips
 
 
 def test_a_serve_job_keeps_its_delay_through_its_config_file(tmp_path):
