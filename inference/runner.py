@@ -84,6 +84,10 @@ class EpisodeResult:
     """Weight versions of the chunks executed, ascending (holds excluded)."""
     read_ms: list[float] = field(default_factory=list)
     """Per tick, how long reading the arm took (motors and cameras), milliseconds."""
+    frame_ages_ms: list[float] = field(default_factory=list)
+    """Per tick and camera, how old its frame was when the arm was read (lerobot's capture
+    stamp on a real arm, 0 on the simulated one: it renders at the reading), milliseconds;
+    unknown ages left out. The policy's image is this much older than its joints."""
     trace: list[TickRecord] = field(default_factory=list)
     received: list[ReceivedChunk] = field(default_factory=list)
     estimate_errors: np.ndarray | None = None
@@ -216,6 +220,7 @@ class EpisodeRunner:
         self._rate = Rate(self.clock, self.robot.spec.control_rate_hz)
         self.ticks, self.episode_return, self.outcome = 0, 0.0, TaskOutcome(0.0, False, False)
         self._read_ms: list[float] = []
+        self._frame_ages_ms: list[float] = []
         return instruction
 
     def tick(self) -> TickEvent:
@@ -223,6 +228,8 @@ class EpisodeRunner:
         started = time.perf_counter()
         state = self.robot.read()
         self._read_ms.append((time.perf_counter() - started) * 1e3)
+        ages_s = [state.image_ages_s.get(camera, 0.0) for camera in state.images]  # none given: rendered now
+        self._frame_ages_ms += [age * 1e3 for age in ages_s if np.isfinite(age)]
         env_state = self.task.env_state()
         record = self.executor.tick(state, env_state)
         self._rate.sleep()
@@ -254,6 +261,7 @@ class EpisodeRunner:
             takeovers=0 if intervener is None else intervener.episode_takeovers,
             versions=sorted({r.version for r in trace if r.version >= 0}),
             read_ms=self._read_ms,
+            frame_ages_ms=self._frame_ages_ms,
             trace=trace,
             received=self.executor.received,
         )

@@ -99,5 +99,9 @@ def _report(episodes: list, judged: bool) -> None:
     if len(read_ms):
         p50, p99 = np.percentile(read_ms, [50, 99])
         print(f"arm read (motors and cameras, ms): p50 {p50:.1f}  p99 {p99:.1f}")
+    ages_ms = np.concatenate([e.frame_ages_ms for e in episodes])
+    if len(ages_ms):  # the image is older than the joints by this much, on top of the inference delay
+        p50, p95 = np.percentile(ages_ms, [50, 95])
+        print(f"camera frame age (ms): p50 {p50:.1f}  p95 {p95:.1f}  max {ages_ms.max():.1f}")
     for name, q in latency_summary(episodes).items():  # row age: d .. 2d - 1 with one request in flight
         print(f"{name} (ticks): p50 {q['p50']:g}  p95 {q['p95']:g}  max {q['max']:g}")

@@ -159,3 +159,31 @@ def test_the_status_line_writes_to_the_standard_output_of_when_it_is_made(monkey
     now = io.StringIO()
     monkeypatch.setattr(sys, "stdout", now)
     assert StatusLine(None).stream is now  # type: ignore[arg-type]
+
+
+def test_the_runner_keeps_each_cameras_frame_age_and_leaves_unknown_ones_out(tiny_flow):
+    """The simulated arm renders at the reading (age 0); a reading whose front frame is
+    20 ms old and whose wrist frame's age is unknown gives 20 ms a tick."""
+    from dataclasses import replace
+
+    policy = tiny_flow(cameras=("front",), horizon=H)
+    config = ExecutorConfig("sync", execute_horizon=S)
+    ages = {}
+    for stamped in (False, True):
+        env = make_env(policy, "reach")
+        try:
+            if stamped:
+                read = env.robot.read
+
+                def stamped_read(read=read):
+                    state = read()
+                    images = {"front": state.images["front"], "wrist": state.images["front"]}
+                    return replace(state, images=images, image_ages_s={"front": 0.02, "wrist": float("nan")})
+
+                env.robot.read = stamped_read
+            result, _ = evaluation_episode(env, policy, SEED, config)
+        finally:
+            env.close()
+        ages[stamped] = result.frame_ages_ms
+        assert len(ages[stamped]) == result.ticks > 0
+    assert set(ages[False]) == {0.0} and np.allclose(ages[True], 20.0)

@@ -205,6 +205,9 @@ def test_twin_round_trip_record_lerobot_train_act_and_serve_it_in_vlash_mode(tmp
     ticks, missed = int(row[2]), int(row[3])
     assert ticks == 60 and missed <= 6, deployed.stdout  # 2 s at 30 Hz on the twin's wall clock
     assert "arm read (motors and cameras, ms): p50" in deployed.stdout
+    age_line = next(line for line in deployed.stdout.splitlines() if line.startswith("camera frame age (ms)"))
+    age_p50, age_max = float(age_line.split()[5]), float(age_line.split()[-1])
+    assert 0.0 < age_p50 <= age_max < 200.0  # lerobot's capture stamps: 30 fps frames, sent once each
     ticks_of = {  # "inference delay (ticks): p50 1  p95 1  max 2" -> [1, 1, 2]
         line.split(" (ticks)")[0]: [float(v) for v in line.split()[-5::2]]
         for line in deployed.stdout.splitlines()
