@@ -1,4 +1,4 @@
-"""Injected inference delay: a policy whose replies take d control ticks.
+"""Injected inference delay: a server whose replies take d control ticks.
 
 The latency benchmark's real-time mode (`robotrl.bench.realtime`) and `robotrl serve
 --delay-ticks` give the `PolicyServer` a `ReplyHold`, so an arm (simulated, the twin or a
