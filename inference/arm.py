@@ -57,7 +57,7 @@ class ArmConfig:
     """sim: the task (reach, pick_place, track), '' for `DEFAULT_TASK`; a real arm: the
     instruction, '' for the one the policy was trained on (`policy_instruction`)."""
     scenario: str = "shifted"
-    """sim: nominal or shifted physics."""
+    """sim: nominal, shifted or camera_lag (`robotrl.sim.scenario`)."""
     port: str | None = None
     """Real arm: serial port of the follower."""
     robot_id: str = "follower"

@@ -59,7 +59,14 @@ class TaskEnv:
         model = spec.compile()
         self.scenario.apply(model)
         self.clock = clock if clock is not None else SimClock()
-        self.sim = SimRobot(model, arm=arm, cameras=cameras, clock=self.clock, q_noise_rad=self.scenario.obs_noise_rad)
+        self.sim = SimRobot(
+            model,
+            arm=arm,
+            cameras=cameras,
+            clock=self.clock,
+            q_noise_rad=self.scenario.obs_noise_rad,
+            camera_latency_ticks=self.scenario.camera_latency_ticks,
+        )
         self.robot = SafeRobot(self.sim, safety, clock=self.clock)
         self.robot.connect()
         self.instruction = ""

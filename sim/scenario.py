@@ -1,7 +1,10 @@
 """Scenarios: the physics and sensing a task runs under.
 
 `nominal` (A) is the model as built; `shifted` (B) changes friction, masses, actuator
-gains and damping, observation noise and the front camera pose, for sim-to-sim tests.
+gains and damping, observation noise and the front camera pose, for sim-to-sim tests;
+`camera_lag` is `nominal` with every camera frame a control tick older than the joints
+(on the twin, through lerobot's cameras, frames are 14-16 ms old at the median when
+read; a real camera adds its own delivery latency).
 """
 
 from __future__ import annotations
@@ -31,14 +34,17 @@ class Scenario:
     """Std of Gaussian noise added to measured joint positions, radians."""
     camera_shift_m: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """Offset added to the front camera position, metres."""
+    camera_latency_ticks: int = 0
+    """Frames show the scene this many control ticks before the reading, as a real
+    camera's arrive late (`SimRobot`); the joints are read now."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name.endswith("_scale") and not value > 0:
                 raise ConfigError(f"Scenario.{f.name} must be > 0, got {value}")
-        if self.obs_noise_rad < 0:
-            raise ConfigError("Scenario.obs_noise_rad must be >= 0")
+        if self.obs_noise_rad < 0 or self.camera_latency_ticks < 0:
+            raise ConfigError("Scenario.obs_noise_rad and camera_latency_ticks must be >= 0")
 
     def apply(self, model: mujoco.MjModel) -> None:
         """Change `model` in place (call once, right after compiling)."""
@@ -64,6 +70,7 @@ SCENARIOS: dict[str, Scenario] = {
         obs_noise_rad=0.004,
         camera_shift_m=(0.02, -0.03, 0.02),
     ),
+    "camera_lag": Scenario(name="camera_lag", camera_latency_ticks=1),
 }
 
 

@@ -7,7 +7,9 @@ deterministic, faster than real time); with a `WallClock` the arm moves in real 
 
 from __future__ import annotations
 
+import copy
 import logging
+from collections import deque
 
 import mujoco
 import numpy as np
@@ -38,6 +40,9 @@ class SimRobot:
         clock: time source; a fresh `SimClock` (stepped mode) by default.
         control_rate_hz: command rate advertised in the spec.
         q_noise_rad: std of Gaussian noise on measured joint positions (sensor noise).
+        camera_latency_ticks: frames show the scene as it was at the reading this many
+            control ticks earlier (the episode's first reading before that), as a real
+            camera's frames arrive late; `RobotState.image_ages_s` says by how much.
     """
 
     def __init__(
@@ -49,7 +54,10 @@ class SimRobot:
         clock: Clock | None = None,
         control_rate_hz: float = 30.0,
         q_noise_rad: float = 0.0,
+        camera_latency_ticks: int = 0,
     ) -> None:
+        if camera_latency_ticks < 0:
+            raise ValueError(f"camera_latency_ticks must be >= 0, got {camera_latency_ticks}")
         self.arm = get_arm(arm) if isinstance(arm, str) else arm
         self.model = model if model is not None else build_arm_spec(self.arm).compile()
         self.clock = clock if clock is not None else SimClock()
@@ -73,6 +81,8 @@ class SimRobot:
         self._t0_s = 0.0
         self.q_noise_rad = q_noise_rad
         self._rng = np.random.default_rng(0)
+        self.camera_latency_ticks = camera_latency_ticks
+        self._scenes: deque[mujoco.MjData] = deque(maxlen=camera_latency_ticks + 1)  # the last readings' copies
 
     @property
     def spec(self) -> RobotSpec:
@@ -110,16 +120,32 @@ class SimRobot:
         data.ctrl[self._act] = q
         mujoco.mj_forward(self.model, data)
         self._t0_s = self.clock.now()
+        self._scenes.clear()
 
     def read(self) -> RobotState:
         data = self.sync()
-        images = self._renderer.render(data) if self._renderer is not None else {}
+        images, ages = {}, {}
+        if self._renderer is not None:
+            shown = self._shown_scene(data)
+            images = self._renderer.render(shown)
+            ages = dict.fromkeys(images, float(data.time - shown.time))
         for name in images:
-            self._frames[name].note(self.clock.now())
+            self._frames[name].note(self.clock.now() - ages[name])
         q = data.qpos[self._qadr].copy()
         if self.q_noise_rad > 0:
             q += self._rng.normal(0.0, self.q_noise_rad, q.shape)
-        return RobotState(q_rad=q, timestamp_s=self.clock.now(), dq_rad_s=data.qvel[self._dofadr].copy(), images=images)
+        dq = data.qvel[self._dofadr].copy()
+        return RobotState(q_rad=q, timestamp_s=self.clock.now(), dq_rad_s=dq, images=images, image_ages_s=ages)
+
+    def _shown_scene(self, data: mujoco.MjData) -> mujoco.MjData:
+        """What the cameras show at this reading: `data` itself, or with a camera latency of
+        L ticks a copy of `data` as it was at the reading L ticks back (a reading at the same
+        physics time as the last one adds none)."""
+        if not self.camera_latency_ticks:
+            return data
+        if not self._scenes or self._scenes[-1].time < data.time:
+            self._scenes.append(copy.copy(data))  # mj_copyData: a deep copy
+        return self._scenes[0]
 
     def command(self, target_rad: np.ndarray) -> np.ndarray:
         data = self.sync()
@@ -140,7 +166,8 @@ class SimRobot:
 
     def health(self) -> ArmHealth:
         """What the model has: each camera's frame rate and newest frame's age (frames are
-        rendered at `read()`, on this arm's clock). No motor bus: no temperatures,
+        rendered at `read()`, showing the scene `camera_latency_ticks` earlier, on this arm's
+        clock). No motor bus: no temperatures,
         voltages or bus errors."""
         now = self.clock.now()
         return {"cameras": {name: meter.health(now) for name, meter in self._frames.items()}}

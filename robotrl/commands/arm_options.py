@@ -38,7 +38,7 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scenario",
         default=field_default(ArmConfig, "scenario"),
-        help="sim: nominal or shifted physics (default: %(default)s)",
+        help="sim: nominal or shifted physics, or camera_lag (frames a tick old) (default: %(default)s)",
     )
     _add_real_arm_arguments(parser)
     add_fleet_arguments(parser)

@@ -16,7 +16,11 @@ def task_arguments(parser: argparse.ArgumentParser, *, scenario: bool) -> None:
     parser.add_argument("--task", choices=tuple(TASKS), default="reach", help="simulated task (default: reach)")
     parser.add_argument("--episodes", type=int, default=50, help="episodes (seeds) per cell (default: 50)")
     if scenario:
-        parser.add_argument("--scenario", default="nominal", help="nominal or shifted physics (default: nominal)")
+        parser.add_argument(
+            "--scenario",
+            default="nominal",
+            help="nominal or shifted physics, or camera_lag (frames a tick old) (default: nominal)",
+        )
 
 
 def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes: str, delays: str) -> None:

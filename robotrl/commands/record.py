@@ -76,7 +76,9 @@ def _add_real_arm_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulated arm's scene and cameras, and the scripted expert's noise."""
-    parser.add_argument("--scenario", default="nominal", help="sim: nominal or shifted physics")
+    parser.add_argument(
+        "--scenario", default="nominal", help="sim: nominal or shifted physics, or camera_lag (frames a tick old)"
+    )
     parser.add_argument("--realtime", action="store_true", help="sim: pace on the wall clock (real arms always are)")
     parser.add_argument("--image-size", type=int, default=224, help="sim: camera height and width in pixels")
     parser.add_argument(

@@ -170,7 +170,7 @@ class RobotEntry:
     """twin: what the policy is told; None: the scene's own instruction (reach, track; a
     pick_place scene names a new cube each time, so give it)."""
     scenario: str | None = None
-    """sim: nominal or shifted physics; None: the command's default (shifted)."""
+    """sim: nominal, shifted or camera_lag; None: the command's default (shifted)."""
     mode: str | None = None
     """Execution mode (`robotrl deploy --mode`); None: the default (vlash)."""
     episodes: int | None = None

@@ -181,6 +181,37 @@ def test_same_seed_same_trajectory(preset, robot):
         np.testing.assert_array_equal(first[key], fresh[key], err_msg=key)
 
 
+def test_a_camera_latency_shows_the_scene_of_the_reading_that_many_ticks_back():
+    """Two arms driven alike, one with frames 2 ticks late: its frame at reading k is the
+    other's at reading k - 2 (the first reading's before that), 2 ticks old; its joints are
+    read now. A second reading at the same instant shows the same frame."""
+    arms = [SimRobot(cameras=SMALL_CAMERAS, camera_latency_ticks=lag) for lag in (0, 2)]
+    for arm in arms:
+        arm.connect()
+    try:
+        states = []
+        for target in fixed_targets(arms[0].spec, 6):
+            states.append([arm.read() for arm in arms])
+            for arm in arms:
+                arm.command(target)
+                arm.clock.advance(DT_S)
+        again = arms[1].read()
+        now = arms[1].read()
+    finally:
+        for arm in arms:
+            arm.disconnect()
+    for k, (fresh, late) in enumerate(states):
+        shown = states[max(k - 2, 0)][0]
+        np.testing.assert_array_equal(late.q_rad, fresh.q_rad)
+        for cam in SMALL_CAMERAS:
+            np.testing.assert_array_equal(late.images[cam.name], shown.images[cam.name])
+            assert late.image_ages_s[cam.name] == pytest.approx(min(k, 2) * DT_S)
+            assert fresh.image_ages_s[cam.name] == 0.0
+    assert not np.array_equal(states[5][0].images["wrist"], states[3][0].images["wrist"])  # the arm moved
+    np.testing.assert_array_equal(again.images["wrist"], now.images["wrist"])
+    assert again.image_ages_s == now.image_ages_s
+
+
 def test_no_nan_after_random_commands_through_safe_robot(robot):
     spec = robot.spec
     safe = SafeRobot(robot)
