@@ -145,6 +145,7 @@ class RayTrack:
         cos = np.einsum("nki,nli->nkl", dirs, dirs)
         self.two = ((cos < np.cos(np.radians(MIN_RAY_ANGLE_DEG))) & whole[:, :, None] & whole[:, None, :]).any((1, 2))
         self.one = (self.views > 0) & ~self.two
+        self.best = np.argmax(np.where(whole, sizes, -1.0), axis=1)  # the larger whole view
         self.has_two = np.zeros(len(dirs), bool)
         for first in np.unique(episode_start):
             self.has_two[first : episode_end[first]] = self.two[first : episode_end[first]].any()
@@ -158,9 +159,8 @@ class RayTrack:
         if self.two.any():
             ball[self.two] = nearest_points(origins[self.two], dirs[self.two], (whole * sizes**2)[self.two])
         ball = fill_gaps(ball, self.two, start, end)
-        best = np.argmax(np.where(whole, sizes, -1.0), axis=1)
         for k, cam in enumerate(self.cameras):
-            rows = np.flatnonzero(self.one & (best == k))
+            rows = np.flatnonzero(self.one & (self.best == k))
             o, d = origins[rows, k], dirs[rows, k]
             along = np.where(
                 self.has_two[rows],
