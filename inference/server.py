@@ -130,8 +130,6 @@ class ServeJob:
 
     def __post_init__(self) -> None:
         check_device(self.device)
-        if self.delay is not None and self.server.weights_from:
-            raise ValueError("a delayed policy takes no new weights: serve either --delay-ticks or --weights-from")
 
 
 @dataclass

@@ -113,7 +113,9 @@ def test_a_slow_pathway_encoding_counts_toward_the_held_delay():
 
 
 def test_a_serve_job_keeps_its_delay_through_its_config_file(tmp_path):
-    job = ServeJob(tmp_path / "ckpt", ServerConfig(), delay=DelaySpec(6, 10))
+    """With new weights from a learner too (the held server taking them:
+    tests/wire/test_weights.py)."""
+    job = ServeJob(tmp_path / "ckpt", ServerConfig(weights_from="tcp://127.0.0.1:5561"), delay=DelaySpec(6, 10))
     assert load_config(ServeJob, save_config(job, tmp_path / "serve.json")) == job
     assert load_config(ServeJob, save_config(ServeJob(tmp_path), tmp_path / "plain.json")).delay is None
 

@@ -13,6 +13,7 @@ from safetensors.numpy import save as st_save
 
 from robotrl.core.errors import WireError
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
+from robotrl.inference.delayed import DelaySpec, ReplyHold
 from robotrl.inference.server import PolicyServer, ServerConfig
 from robotrl.wire.client import ClientSocket
 from robotrl.wire.messages import ChunkReply, ObservationRequest
@@ -128,6 +129,32 @@ def test_published_weights_swap_between_chunks_only(slow):
         np.testing.assert_array_equal(reply.actions, np.full((H, 2), float(reply.version)))
     assert sorted(server.first_chunk_ns) == sorted(set(versions))
     assert all(server.first_chunk_ns[v] >= pub.published_at_ns[v] for v in set(versions) - {0})
+
+
+def test_a_server_holding_its_replies_takes_new_weights_and_keeps_holding():
+    """`serve --delay-ticks 6 --weights-from ...`: a robot rehearsing a slower model while
+    a learner publishes. Version 1 reaches the robot; every reply, before and after the
+    swap, comes (6 - 1/2) ticks at 30 Hz after its request, made by the version it says."""
+    policy = ValuePolicy()
+    with publisher_on_adjacent_ports() as pub:
+        config = ServerConfig(endpoint="tcp://127.0.0.1:*", warmup_calls=0, weights_from=pub.pub_endpoint)
+        hold = ReplyHold(DelaySpec(6, 6), dt_s=1 / 30, seed=0)
+        with PolicyServer(policy, config, hold=hold) as server, ClientSocket(server.endpoint, robot_id="arm") as client:
+            client.connect(timeout_s=5)
+            assert wait_until(lambda: server.subscriber is not None)
+            replies, round_trips = [], []
+            for i in range(40):
+                if i == 1:
+                    pub.publish(1, weights(1))
+                start = time.perf_counter()
+                replies.append(client.request(request(i, 10 * i), 5))
+                round_trips.append(time.perf_counter() - start)
+                if replies[-1].version == 1:
+                    break
+    assert replies[0].version == 0 and replies[-1].version == 1 and policy.loads == 1
+    for reply in replies:
+        np.testing.assert_array_equal(reply.actions, np.full((H, 2), float(reply.version)))
+    assert min(round_trips) > 5.5 / 30 - 0.001, round_trips
 
 
 def test_late_joiner_gets_the_latest_on_request():
