@@ -127,9 +127,13 @@ class ServeJob:
     delay: DelaySpec | None = None
     """Each reply held until d control ticks of the policy's rate after its request
     (`robotrl.inference.delayed`): an arm rehearses a slower model; None: the policy's own."""
+    noise_scale: float = 1.0
+    """A flow-matching policy's initial noise scale (`load_policy`; 0: its central chunk)."""
 
     def __post_init__(self) -> None:
         check_device(self.device)
+        if not self.noise_scale >= 0:
+            raise ValueError(f"noise_scale must be >= 0, got {self.noise_scale}")
 
 
 @dataclass

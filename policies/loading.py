@@ -17,15 +17,19 @@ from robotrl.policies.lerobot_adapter.offline import VLA_TYPES
 POLICY_TYPES = ("fastslow_flow", "sac", "dsrl")
 
 
-def load_policy(path: Path, *, seed: int = 0, device: str = "cpu") -> ChunkPolicy:
+def load_policy(path: Path, *, seed: int = 0, device: str = "cpu", noise_scale: float = 1.0) -> ChunkPolicy:
     """Load the checkpoint folder at `path` onto `device` (auto, cpu, cuda, cuda:N),
     whatever device it was made on; the folder alone is enough. A folder whose files
     cannot be read (truncated, corrupt, from another version) is a `ConfigError` naming
-    the folder and the reason."""
+    the folder and the reason. `noise_scale` scales a flow-matching policy's initial noise
+    (`FastSlowPolicy.noise_scale`; 0: its deterministic central chunk); a checkpoint of
+    another type is a `ConfigError` unless it is 1."""
     from safetensors import SafetensorError
 
+    if noise_scale < 0:
+        raise ConfigError(f"noise scale must be >= 0, got {noise_scale}")
     try:
-        return _load(Path(path), seed, device)
+        return _load(Path(path), seed, device, noise_scale)
     except (SafetensorError, OSError, KeyError, RuntimeError, ValueError) as exc:
         if isinstance(exc, (ConfigError, FileNotFoundError)):  # already say what is wrong
             raise
@@ -35,13 +39,19 @@ def load_policy(path: Path, *, seed: int = 0, device: str = "cpu") -> ChunkPolic
         ) from None
 
 
-def _load(path: Path, seed: int, device: str) -> ChunkPolicy:
+def _load(path: Path, seed: int, device: str, noise_scale: float) -> ChunkPolicy:
     doc = read_config(path)
     policy_type = doc.get("policy_type")
     if policy_type == "fastslow_flow":
         from robotrl.policies.fastslow.policy import FastSlowPolicy
 
-        return FastSlowPolicy.load(path, seed=seed, device=device)
+        return FastSlowPolicy.load(path, seed=seed, device=device, noise_scale=noise_scale)
+    if noise_scale != 1.0:
+        kind = policy_type or f"lerobot {doc.get('type')!r}"
+        raise ConfigError(
+            f"checkpoint {path} is a {kind} policy: a noise scale applies to robotrl's flow-matching "
+            "policies (fastslow_flow) only"
+        )
     if policy_type == "sac":
         from robotrl.policies.sac.policy import SacChunkPolicy
 

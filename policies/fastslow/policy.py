@@ -241,15 +241,19 @@ class FastSlowPolicy:
         )
 
     @classmethod
-    def load(cls, path: Path, *, seed: int = 0, device: str | torch.device = "cpu") -> FastSlowPolicy:
-        """The checkpoint at `path`, read onto the CPU and moved to `device`."""
+    def load(
+        cls, path: Path, *, seed: int = 0, device: str | torch.device = "cpu", noise_scale: float = 1.0
+    ) -> FastSlowPolicy:
+        """The checkpoint at `path`, read onto the CPU and moved to `device`, sampling with
+        `noise_scale` (see the attribute)."""
         doc, tensors = read_checkpoint(path, POLICY_TYPE)
         config = FastSlowConfig.from_checkpoint(doc)
         vocab = Vocabulary(doc["vocabulary"])
         model = FastSlowModel(config, len(vocab))
         model.load_state_dict(tensors)
         version = int(doc.get("training", {}).get("step", 0))
-        policy = cls(model, Normalizer.from_dict(doc["normalization"]), vocab, seed=seed, version=version)
+        normalizer = Normalizer.from_dict(doc["normalization"])
+        policy = cls(model, normalizer, vocab, seed=seed, version=version, noise_scale=noise_scale)
         return policy.to(device)
 
     def _fresh(

@@ -57,16 +57,21 @@ class BenchSetup:
     time the server gets as many model workers."""
     device: str = "cpu"
     """Where the checkpoint's model runs: "cpu" or "cuda:N"."""
+    noise_scale: float = 1.0
+    """A flow-matching checkpoint's initial noise scale (`load_policy`; 0: its central chunk)."""
 
     def fingerprint(self) -> str:
         """Hash of the fields and of the checkpoint files' modification times (a checkpoint
-        trained again in the same folder invalidates cached episodes); the CPU device and
-        one request in flight are left out, so episodes cached before they existed still count."""
+        trained again in the same folder invalidates cached episodes); the CPU device, one
+        request in flight and a noise scale of 1 are left out, so episodes cached before
+        they existed still count."""
         doc = asdict(self)
         if self.device == "cpu":
             del doc["device"]
         if self.max_in_flight == 1:
             del doc["max_in_flight"]
+        if self.noise_scale == 1.0:
+            del doc["noise_scale"]
         if self.checkpoint is not None:
             doc["checkpoint_mtime_ns"] = max((f.stat().st_mtime_ns for f in Path(self.checkpoint).iterdir()), default=0)
         return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
@@ -91,17 +96,20 @@ class Cell:
 
 
 _ENVS: dict[tuple, TaskEnv] = {}
-_POLICIES: dict[tuple[str, str], ChunkPolicy] = {}
+_POLICIES: dict[tuple[str, str, float], ChunkPolicy] = {}
 _KINEMATICS: dict[str, Kinematics] = {}
 
 
-def load_checkpoint(path: str, device: str = "cpu") -> ChunkPolicy:
-    """The checkpoint's `ChunkPolicy` on `device`, loaded once per process."""
-    if (path, device) not in _POLICIES:
+def setup_policy(setup: BenchSetup) -> ChunkPolicy:
+    """The `ChunkPolicy` of `setup`'s checkpoint, on its device with its noise scale,
+    loaded once per process."""
+    assert setup.checkpoint is not None, "the scripted expert has no checkpoint"
+    key = (setup.checkpoint, setup.device, setup.noise_scale)
+    if key not in _POLICIES:
         from robotrl.policies.loading import load_policy
 
-        _POLICIES[path, device] = load_policy(Path(path), device=device)
-    return _POLICIES[path, device]
+        _POLICIES[key] = load_policy(Path(setup.checkpoint), device=setup.device, noise_scale=setup.noise_scale)
+    return _POLICIES[key]
 
 
 def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) -> TaskEnv:
@@ -116,7 +124,7 @@ def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) 
 
     cameras = ()
     if setup.checkpoint is not None:
-        meta = load_checkpoint(setup.checkpoint, setup.device).metadata
+        meta = setup_policy(setup).metadata
         cameras = tuple(CameraSpec(c, meta.image_size_px, meta.image_size_px) for c in meta.cameras)
     env = TaskEnv(setup.task, scenario, cameras=cameras, clock=clock)
     if clock is None:
@@ -126,13 +134,13 @@ def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) 
 
 def chunk_horizon(setup: BenchSetup) -> int:
     """H of the policy the cells run."""
-    return load_checkpoint(setup.checkpoint, setup.device).metadata.horizon if setup.checkpoint else setup.horizon
+    return setup_policy(setup).metadata.horizon if setup.checkpoint else setup.horizon
 
 
 def run_cell(setup: BenchSetup, cell: Cell) -> dict:
     """Run `cell`'s stepped episode; its JSON-ready metrics record."""
     env = make_env(setup, cell.scenario)
-    policy = load_checkpoint(setup.checkpoint, setup.device) if setup.checkpoint else None
+    policy = setup_policy(setup) if setup.checkpoint else None
     horizon = chunk_horizon(setup)
     delay = cell.delay
     episode = run_stepped_episode(

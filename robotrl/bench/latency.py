@@ -19,7 +19,7 @@ from typing import cast
 
 import numpy as np
 
-from robotrl.bench.cells import BenchSetup, Cell, chunk_horizon, load_checkpoint, make_env, run_cell
+from robotrl.bench.cells import BenchSetup, Cell, chunk_horizon, make_env, run_cell, setup_policy
 from robotrl.bench.plots import plot_latency
 from robotrl.bench.realtime import REALTIME_MODES, RealtimeCell, run_realtime_cell
 from robotrl.bench.report import Table, write_report
@@ -297,7 +297,7 @@ def met_text(value: bool | None) -> str:
 def rtc_capable_modes(setup: BenchSetup, modes: list[str]) -> list[str]:
     """`modes` without the RTC ones when the policy follows no RTC prefix (ACT,
     Diffusion), saying so in one line."""
-    if not setup.checkpoint or load_checkpoint(setup.checkpoint, setup.device).metadata.follows_rtc_prefix:
+    if not setup.checkpoint or setup_policy(setup).metadata.follows_rtc_prefix:
         return modes
     kept = [m for m in modes if not m.endswith("+rtc")]
     if len(kept) < len(modes):

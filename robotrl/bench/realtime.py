@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robotrl.bench.cells import PIPELINED_MODES, BenchSetup, load_checkpoint, make_env
+from robotrl.bench.cells import PIPELINED_MODES, BenchSetup, make_env, setup_policy
 from robotrl.inference.delayed import DelaySpec, ReplyHold
 from robotrl.inference.runner import EpisodeResult, TickEvent
 from robotrl.sim.scenario import Scenario
@@ -79,7 +79,7 @@ def run_realtime_cell(setup: BenchSetup, cell: RealtimeCell) -> dict:
         raise ValueError(f"real-time mode must be one of {REALTIME_MODES}, got {cell.mode!r}")
     env = make_env(setup, cell.scenario, clock=WallClock())
     policy = (
-        load_checkpoint(setup.checkpoint, setup.device)
+        setup_policy(setup)
         if setup.checkpoint
         else ExpertChunkPolicy(env.make_expert(cell.seed), setup.horizon, env.spec)
     )

@@ -17,7 +17,7 @@ from typing import cast
 
 import numpy as np
 
-from robotrl.bench.cells import BenchSetup, Cell, chunk_horizon, load_checkpoint, make_env, run_cell
+from robotrl.bench.cells import BenchSetup, Cell, chunk_horizon, make_env, run_cell, setup_policy
 from robotrl.bench.plots import plot_sim2sim
 from robotrl.bench.realtime import REALTIME_MODES, RealtimeCell, run_realtime_cell
 from robotrl.bench.report import Table, write_report
@@ -87,7 +87,7 @@ def run(
     progress: bool = True,
 ) -> dict:
     """Run (or resume) the stepped and real-time episodes; write report.md, results.json, plots."""
-    uses_camera = bool(setup.checkpoint and load_checkpoint(setup.checkpoint, setup.device).metadata.cameras)
+    uses_camera = bool(setup.checkpoint and setup_policy(setup).metadata.cameras)
     vs = variants(delay_a, latency_b, jitter, uses_camera)
     start = time.perf_counter()
     cells = [Cell(v.scenario, m, v.delay, seed0 + i) for v in vs if v.stepped for m in modes for i in range(episodes)]

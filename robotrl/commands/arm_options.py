@@ -117,20 +117,23 @@ def executor_config(args: argparse.Namespace, max_in_flight: int = 1) -> Executo
 
 
 def server_endpoint(
-    args: argparse.Namespace, model_workers: int = 1, delay: DelaySpec | None = None
+    args: argparse.Namespace, model_workers: int = 1, delay: DelaySpec | None = None, noise_scale: float = 1.0
 ) -> tuple[str, subprocess.Popen | None]:
     """--server, or a local `robotrl serve --policy` with `model_workers` (its replies held
-    to `delay`, `--delay-ticks`) started (and answering) now."""
+    to `delay`, `--delay-ticks`; sampling with `noise_scale`, `--noise-scale`) started (and
+    answering) now."""
     from robotrl.learn.launch import start_local_server, wait_for_server
 
     if args.server:
-        if delay is not None:
-            raise UserError("--delay-ticks holds a local server's replies: give it to the `robotrl serve` at --server")
+        if delay is not None or noise_scale != 1.0:
+            raise UserError(
+                "--delay-ticks and --noise-scale set a local server: give them to the `robotrl serve` at --server"
+            )
         return args.server, None
     if args.policy is None:
         raise UserError("give --policy CKPT (a local server is started) or --server ENDPOINT")
     with tempfile.TemporaryDirectory(prefix="robotrl-serve-") as folder:  # read by the server at its start
-        proc, endpoint = start_local_server(args.policy, Path(folder), model_workers, delay)
+        proc, endpoint = start_local_server(args.policy, Path(folder), model_workers, delay, noise_scale)
         try:
             wait_for_server(endpoint, proc)
         except BaseException:

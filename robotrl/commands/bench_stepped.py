@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robotrl.commands.flags import add_device_arguments, resolve_device
+from robotrl.commands.flags import add_device_arguments, add_noise_argument, noise_option, resolve_device
 
 
 def task_arguments(parser: argparse.ArgumentParser, *, scenario: bool) -> None:
@@ -38,6 +38,7 @@ def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes
     )
     parser.add_argument("--horizon", type=int, default=16, help="H of the scripted expert (default: 16)")
     add_device_arguments(parser)
+    add_noise_argument(parser)
     parser.add_argument(
         "--threshold",
         type=float,
@@ -180,6 +181,7 @@ def _setup(args: argparse.Namespace):
         threshold=args.threshold,
         max_in_flight=args.in_flight,
         device=device,
+        noise_scale=noise_option(args.noise_scale),
     )
 
 

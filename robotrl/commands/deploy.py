@@ -13,7 +13,7 @@ from robotrl.commands.arm_options import (
     executor_config,
     server_endpoint,
 )
-from robotrl.commands.flags import add_delay_argument, delay_option
+from robotrl.commands.flags import add_delay_argument, add_noise_argument, delay_option, noise_option
 from robotrl.core.errors import UserError
 
 
@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`robotrl serve` needs --workers N) (default: 1)",
     )
     add_delay_argument(parser)
+    add_noise_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if args.in_flight < 1:
         raise UserError(f"--in-flight must be >= 1, got {args.in_flight}")
     arm, executor = arm_config(args), executor_config(args, args.in_flight)  # bad options fail before a server starts
-    delay = delay_option(args.delay_ticks)
-    endpoint, server = server_endpoint(args, model_workers=args.in_flight, delay=delay)
+    delay, noise = delay_option(args.delay_ticks), noise_option(args.noise_scale)
+    endpoint, server = server_endpoint(args, model_workers=args.in_flight, delay=delay, noise_scale=noise)
     try:
         episodes = _episodes(args, arm, executor, endpoint)
     finally:

@@ -88,6 +88,27 @@ def resolve_device(requested: str, *, role: str | None = None, fleet: str | None
     return choice.device
 
 
+def add_noise_argument(parser: Any) -> None:
+    """`--noise-scale S`: a flow-matching policy's initial noise, scaled."""
+    parser.add_argument(
+        "--noise-scale",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="scale of a flow-matching policy's initial noise: 1 samples the learned distribution, 0 gives its "
+        "deterministic central chunk, the same from one request to the next (default: 1)",
+    )
+
+
+def noise_option(value: float) -> float:
+    """`--noise-scale` checked: one line for a negative scale."""
+    from robotrl.core.errors import UserError
+
+    if not value >= 0:
+        raise UserError(f"--noise-scale must be >= 0, got {value}")
+    return value
+
+
 def add_delay_argument(parser: Any) -> None:
     """`--delay-ticks D|LOW-HIGH`: the served policy's replies held to D control ticks."""
     parser.add_argument(

@@ -8,7 +8,15 @@ import sys
 import threading
 from pathlib import Path
 
-from robotrl.commands.flags import add_delay_argument, add_device_arguments, add_field, delay_option, resolve_device
+from robotrl.commands.flags import (
+    add_delay_argument,
+    add_device_arguments,
+    add_field,
+    add_noise_argument,
+    delay_option,
+    noise_option,
+    resolve_device,
+)
 from robotrl.inference.server import ServeJob, ServerConfig
 
 STATUS_EVERY_S = 10.0
@@ -72,6 +80,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_field(parser, "--seed", ServeJob, "seed of the policy's sampling noise")
     add_delay_argument(parser)
+    add_noise_argument(parser)
     add_device_arguments(parser, role="inference_server", config=ServeJob)
 
 
@@ -86,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     job = _job(args)
     check_bindable(job.server.endpoint)  # a port in use fails now, not after the model loads
     device = resolve_device(job.device, role="inference_server", fleet=args.fleet)
-    policy = load_policy(job.policy, seed=job.seed, device=device)
+    policy = load_policy(job.policy, seed=job.seed, device=device, noise_scale=job.noise_scale)
     dt_s = 1.0 / policy.metadata.control_rate_hz
     hold = None if job.delay is None else ReplyHold(job.delay, dt_s, job.seed)
     config = replace(job.server, max_step_rad=(job.step_rad,) * policy.metadata.action_dim)
@@ -94,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     meta = policy.metadata
     delay = "" if job.delay is None else f" (replies held to {job.delay.label} ticks)"
+    delay += "" if job.noise_scale == 1.0 else f" (noise scale {job.noise_scale:g})"
     print(
         f"serving {meta.policy_type} (H={meta.horizon}) on {server.endpoint}; model {server.model_ms:.1f} ms per "
         f"chunk{delay}; Ctrl-C to stop",
@@ -125,9 +135,9 @@ def _job(args: argparse.Namespace) -> ServeJob:
         weights_from=args.weights_from,
         weights_keys=args.learner_keys,
     )
-    delay = delay_option(args.delay_ticks)
+    delay, noise = delay_option(args.delay_ticks), noise_option(args.noise_scale)
     try:
-        return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys, args.device, delay)
+        return ServeJob(args.policy, server, args.max_step_rad, args.seed, args.curve_keys, args.device, delay, noise)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 

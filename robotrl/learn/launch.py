@@ -109,17 +109,19 @@ def start_server(job: ServeJob, config_file: Path, log: Path | None = None) -> s
 
 
 def start_local_server(
-    policy: Path, config_dir: Path, model_workers: int = 1, delay: DelaySpec | None = None
+    policy: Path, config_dir: Path, model_workers: int = 1, delay: DelaySpec | None = None, noise_scale: float = 1.0
 ) -> tuple[subprocess.Popen, str]:
     """`robotrl serve` of `policy` with `model_workers` on a free loopback port (its config
-    file in `config_dir`), its replies held to `delay` ticks when given: (process, endpoint)."""
+    file in `config_dir`), its replies held to `delay` ticks when given, sampling with
+    `noise_scale`: (process, endpoint)."""
     from robotrl.inference.server import ServeJob, ServerConfig
 
     if not policy.exists():
         raise UserError(f"policy checkpoint {policy} does not exist")
     endpoint = f"tcp://{LOCAL}:{free_port()}"
     server = ServerConfig(endpoint=endpoint, model_workers=model_workers)
-    return start_server(ServeJob(policy, server, delay=delay), config_dir / "server.json"), endpoint
+    job = ServeJob(policy, server, delay=delay, noise_scale=noise_scale)
+    return start_server(job, config_dir / "server.json"), endpoint
 
 
 def wait_for_server(endpoint: str, proc: subprocess.Popen, timeout_s: float = SERVER_START_S) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from robotrl.bench import latency, sim2sim
-from robotrl.bench.cells import BenchSetup, Cell, run_cell
+from robotrl.bench.cells import BenchSetup, Cell, run_cell, setup_policy
 from robotrl.bench.runner import CACHE_FILE, run_cells
 from robotrl.core.policy import ActionChunk, PolicyMetadata, PolicyObservation
 from robotrl.inference.delayed import DelaySpec
@@ -118,6 +118,13 @@ def test_cell_records_do_not_depend_on_what_ran_before(env):
     run_cell(setup, Cell(nominal, "naive", DelaySpec(2, 6), SEED + 1))
     assert run_cell(setup, cell) == first
     assert first["reaction_ticks"] is not None and first["jump_tick"] is not None
+
+
+def test_a_noise_scale_loads_its_own_policy_and_keys_its_own_episodes(tmp_path, tiny_flow):
+    tiny_flow().save(tmp_path / "ck")
+    sampled, central = (BenchSetup(task="reach", checkpoint=str(tmp_path / "ck"), noise_scale=s) for s in (1.0, 0.0))
+    assert setup_policy(sampled).noise_scale == 1.0 and setup_policy(central).noise_scale == 0.0
+    assert sampled.fingerprint() != central.fingerprint()  # cached sampled episodes never stand for central ones
 
 
 def test_several_requests_in_flight_react_within_the_inference_delay():

@@ -262,14 +262,14 @@ def test_serve_refuses_a_taken_or_malformed_endpoint_before_loading_the_model(tm
         (["deploy", "--threshold", "1.5", "--server", "tcp://127.0.0.1:1"], "threshold must be in [0, 1], got 1.5"),
         (["deploy", "--mode", "sync", "--in-flight", "2", "--server", "tcp://127.0.0.1:1"], "1 in the sync modes"),
         (["serve", "--policy", "/nonexistent/ckpt", "--workers", "0"], "--workers must be >= 1, got 0"),
-        (["deploy", "--delay-ticks", "4", "--server", "tcp://127.0.0.1:1"], "give it to the `robotrl serve` at"),
+        (["deploy", "--delay-ticks", "4", "--server", "tcp://127.0.0.1:1"], "give them to the `robotrl serve` at"),
+        (["deploy", "--noise-scale", "0", "--server", "tcp://127.0.0.1:1"], "give them to the `robotrl serve` at"),
+        (["deploy", "--noise-scale", "-1", "--policy", "/nonexistent/ckpt"], "--noise-scale must be >= 0, got -1.0"),
+        (["serve", "--policy", "/nonexistent/ckpt", "--noise-scale", "-0.5"], "--noise-scale must be >= 0, got -0.5"),
         (["deploy", "--delay-ticks", "soon", "--policy", "/nonexistent/ckpt"], "--delay-ticks 'soon': give ticks"),
         (["serve", "--policy", "/nonexistent/ckpt", "--delay-ticks", "9-3"], "needs 0 <= low <= high ticks, got 9..3"),
-        (
-            ["serve", "--policy", "/nonexistent/ckpt", "--delay-ticks", "8", "--weights-from", "tcp://127.0.0.1:1"],
-            "serve either --delay-ticks or --weights-from",
-        ),
         (["bench", "latency", "--in-flight", "0"], "--in-flight must be at least 1"),
+        (["bench", "latency", "--noise-scale", "-1"], "--noise-scale must be >= 0, got -1.0"),
     ],
 )
 def test_deploy_serve_and_bench_check_their_options_before_starting_anything(argv, message, capsys):

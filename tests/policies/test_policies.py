@@ -268,6 +268,25 @@ def test_checkpoint_round_trip_is_bitwise(tmp_path):
         np.testing.assert_array_equal(loaded.predict_chunk(o).actions_rad, policy.predict_chunk(o).actions_rad)
 
 
+def test_a_noise_scale_of_zero_gives_the_central_chunk_whatever_the_seed_or_tick(tmp_path):
+    """`load_policy(..., noise_scale=0)`: the chunk no longer depends on the sampling seed
+    or the request's tick (two requests of the same scene a tick apart agree), where
+    sampled chunks differ by both; a policy type without flow noise takes no other scale."""
+    make_policy(seed=3).save(tmp_path / "ck")
+    draws = ((0, 10), (1, 10), (0, 11))
+    central = [load_policy(tmp_path / "ck", seed=s, noise_scale=0.0).predict_chunk(obs(tick=t)) for s, t in draws]
+    sampled = [load_policy(tmp_path / "ck", seed=s).predict_chunk(obs(tick=t)) for s, t in draws]
+    for chunk in central[1:]:
+        np.testing.assert_array_equal(chunk.actions_rad, central[0].actions_rad)
+    assert not np.allclose(sampled[0].actions_rad, sampled[1].actions_rad)
+    assert not np.allclose(sampled[0].actions_rad, sampled[2].actions_rad)
+    with pytest.raises(ConfigError, match="noise scale must be >= 0, got -1"):
+        load_policy(tmp_path / "ck", noise_scale=-1.0)
+    write_checkpoint(tmp_path / "sac", "sac", {"w": torch.zeros(1)}, {})
+    with pytest.raises(ConfigError, match="is a sac policy: a noise scale applies to robotrl's flow-matching"):
+        load_policy(tmp_path / "sac", noise_scale=0.0)
+
+
 def test_inference_rtc_guidance_follows_the_prefix():
     policy = make_policy()
     prefix = np.tile(HOME + 0.05, (6, 1))  # 6 committed rows, 0.05 rad (1 std) away
