@@ -132,8 +132,6 @@ class ServeJob:
 
     def __post_init__(self) -> None:
         check_device(self.device)
-        if not self.noise_scale >= 0:
-            raise ValueError(f"noise_scale must be >= 0, got {self.noise_scale}")
 
 
 @dataclass

@@ -26,7 +26,7 @@ def load_policy(path: Path, *, seed: int = 0, device: str = "cpu", noise_scale: 
     another type is a `ConfigError` unless it is 1."""
     from safetensors import SafetensorError
 
-    if noise_scale < 0:
+    if not noise_scale >= 0:
         raise ConfigError(f"noise scale must be >= 0, got {noise_scale}")
     try:
         return _load(Path(path), seed, device, noise_scale)
