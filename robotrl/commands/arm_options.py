@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from robotrl.commands.flags import add_fleet_arguments, apply_fleet
+from robotrl.commands.flags import SCENARIO_HELP, add_fleet_arguments, apply_fleet
 from robotrl.core.config import field_default
 from robotrl.core.errors import UserError
 from robotrl.inference.arm import ArmConfig
@@ -38,7 +38,7 @@ def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scenario",
         default=field_default(ArmConfig, "scenario"),
-        help="sim: nominal or shifted physics, or camera_lag (frames a tick old) (default: %(default)s)",
+        help=SCENARIO_HELP,
     )
     _add_real_arm_arguments(parser)
     add_fleet_arguments(parser)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from robotrl.commands.flags import add_device_arguments, add_noise_argument, noise_option, resolve_device
+from robotrl.commands.flags import SCENARIO_HELP, add_device_arguments, add_noise_argument, noise_option, resolve_device
 
 
 def task_arguments(parser: argparse.ArgumentParser, *, scenario: bool) -> None:
@@ -16,11 +16,7 @@ def task_arguments(parser: argparse.ArgumentParser, *, scenario: bool) -> None:
     parser.add_argument("--task", choices=tuple(TASKS), default="reach", help="simulated task (default: reach)")
     parser.add_argument("--episodes", type=int, default=50, help="episodes (seeds) per cell (default: 50)")
     if scenario:
-        parser.add_argument(
-            "--scenario",
-            default="nominal",
-            help="nominal or shifted physics, or camera_lag (frames a tick old) (default: nominal)",
-        )
+        parser.add_argument("--scenario", default="nominal", help=SCENARIO_HELP)
 
 
 def _stepped_arguments(parser: argparse.ArgumentParser, *, scenario: bool, modes: str, delays: str) -> None:

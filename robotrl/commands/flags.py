@@ -88,6 +88,10 @@ def resolve_device(requested: str, *, role: str | None = None, fleet: str | None
     return choice.device
 
 
+SCENARIO_HELP = "sim: nominal or shifted physics, or camera_lag (frames a tick old) (default: %(default)s)"
+"""`--scenario`'s help, for every command that runs the simulated arm."""
+
+
 def add_noise_argument(parser: Any) -> None:
     """`--noise-scale S`: a flow-matching policy's initial noise, scaled."""
     parser.add_argument(

@@ -8,7 +8,7 @@ import threading
 from functools import partial
 from pathlib import Path
 
-from robotrl.commands.flags import add_field, add_fleet_arguments, apply_fleet
+from robotrl.commands.flags import SCENARIO_HELP, add_field, add_fleet_arguments, apply_fleet
 from robotrl.core.errors import UserError
 from robotrl.record.run import RecordConfig
 from robotrl.record.teleop import TELEOPS, StopOnSignal, TeleopConfig, make_teleop
@@ -76,9 +76,7 @@ def _add_real_arm_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulated arm's scene and cameras, and the scripted expert's noise."""
-    parser.add_argument(
-        "--scenario", default="nominal", help="sim: nominal or shifted physics, or camera_lag (frames a tick old)"
-    )
+    parser.add_argument("--scenario", default="nominal", help=SCENARIO_HELP)
     parser.add_argument("--realtime", action="store_true", help="sim: pace on the wall clock (real arms always are)")
     parser.add_argument("--image-size", type=int, default=224, help="sim: camera height and width in pixels")
     parser.add_argument(
