@@ -128,6 +128,8 @@ def open_arm(
         raise UserError(
             "this policy reads privileged simulation state (trained with --env-state); it cannot drive a real arm"
         )
+    start = server_info.get("start_state_rad") or None
+    start_rad = None if start is None else np.asarray(start, np.float64)
     if config.simulated:
         from robotrl.sim.env import TaskEnv
 
@@ -136,7 +138,7 @@ def open_arm(
         clock = WallClock()
         if stepped:
             clock = SimClock() if stepped_speed is None else PacedSimClock(stepped_speed)
-        env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=clock)
+        env = TaskEnv(config.task, config.scenario, cameras=cameras, clock=clock, start_rad=start_rad)
         try:
             check_control_rate(server_info, env.spec.control_rate_hz)
             if env.task.instruction is not None:  # a task whose every scene asks the same
@@ -169,12 +171,10 @@ def open_arm(
     check_control_rate(server_info, arm.spec.control_rate_hz)
     robot = SafeRobot(arm, clock=clock)
     robot.connect(watchdog_thread=True)
-    start = server_info.get("start_state_rad") or None
-    if start is not None and len(start) != robot.spec.num_joints:
+    if start_rad is not None and len(start_rad) != robot.spec.num_joints:
         robot.disconnect()
         joints = robot.spec.num_joints
-        raise UserError(f"the policy's start pose has {len(start)} joints, the {config.robot} arm has {joints}")
-    start_rad = None if start is None else np.asarray(start, np.float64)
+        raise UserError(f"the policy's start pose has {len(start_rad)} joints, the {config.robot} arm has {joints}")
     reset_s, on_reset = config.reset_time_s, None
     if twin_pid is not None:  # the twin lays out each episode's scene
         reset_s, on_reset = max(reset_s, TWIN_SCENE_S), partial(next_twin_scene, twin_pid)

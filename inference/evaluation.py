@@ -17,21 +17,29 @@ from collections import Counter
 
 import numpy as np
 
+from robotrl.core.clock import Clock
 from robotrl.core.policy import ChunkPolicy, PolicyMetadata, past_frame_ticks_back
 from robotrl.core.robot import CameraSpec
 from robotrl.inference.executor import Executor, ExecutorConfig, LocalChunkSource
 from robotrl.inference.runner import EpisodeResult, EpisodeRunner
 from robotrl.sim.env import TaskEnv
 from robotrl.sim.rollout import wilson_interval
+from robotrl.sim.scenario import Scenario
 
 EVAL_SEED0 = 100_000
 
 
-def make_env(policy: ChunkPolicy, task: str, scenario: str = "nominal") -> TaskEnv:
-    """A stepped TaskEnv rendering the policy's cameras at its image size."""
+def make_env(
+    policy: ChunkPolicy, task: str, scenario: str | Scenario = "nominal", clock: Clock | None = None
+) -> TaskEnv:
+    """A TaskEnv (stepped, or on `clock`) rendering the policy's cameras at its image size,
+    each episode starting at the policy's start pose, where its training episodes began
+    (`deploy` drives a real arm there first); at home for a policy that names none."""
     meta = policy.metadata
     size = meta.image_size_px
-    return TaskEnv(task, scenario, cameras=tuple(CameraSpec(c, size, size) for c in meta.cameras))
+    cameras = tuple(CameraSpec(c, size, size) for c in meta.cameras)
+    start_rad = np.asarray(meta.start_state_rad, np.float64) if meta.start_state_rad else None
+    return TaskEnv(task, scenario, cameras=cameras, clock=clock, start_rad=start_rad)
 
 
 def evaluation_episode(

@@ -16,6 +16,7 @@ import numpy as np
 
 from robotrl.core.clock import Clock, Rate, SimClock
 from robotrl.core.episode import Observation, Step
+from robotrl.core.errors import ConfigError
 from robotrl.core.robot import CameraSpec, RobotSpec
 from robotrl.core.seeds import SEED_STRIDE
 from robotrl.core.task import TaskOutcome
@@ -40,6 +41,9 @@ class TaskEnv:
         cameras: rendered cameras; () for state-only (fast) episodes.
         clock: `SimClock` (stepped, default) or `WallClock` (real time).
         safety: `SafeRobot` limits.
+        start_rad: (J,) the arm's pose at each episode's start, radians: a served policy's
+            start pose (`PolicyMetadata.start_state_rad`, where its training episodes
+            began), as `deploy` drives a real arm there first; None: the arm's home.
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class TaskEnv:
         cameras: tuple[CameraSpec, ...] = DEFAULT_CAMERAS,
         clock: Clock | None = None,
         safety: SafetyLimits = SafetyLimits(),
+        start_rad: np.ndarray | None = None,
     ) -> None:
         self.task = make_task(task) if isinstance(task, str) else task
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
@@ -67,6 +72,10 @@ class TaskEnv:
             q_noise_rad=self.scenario.obs_noise_rad,
             camera_latency_ticks=self.scenario.camera_latency_ticks,
         )
+        joints = self.sim.spec.num_joints
+        if start_rad is not None and np.shape(start_rad) != (joints,):
+            raise ConfigError(f"the start pose has {np.size(start_rad)} joints, the {arm} arm has {joints}")
+        self.start_rad = None if start_rad is None else np.asarray(start_rad, np.float64)
         self.robot = SafeRobot(self.sim, safety, clock=self.clock)
         self.robot.connect()
         self.instruction = ""
@@ -88,9 +97,10 @@ class TaskEnv:
 
     # -- the Task contract (the episode runner) -------------------------------------------
     def begin(self, seed: int) -> str:
-        """Put the arm home and the objects where `seed` says; the instruction."""
+        """Put the arm at its start pose (home by default) and the objects where `seed`
+        says; the instruction."""
         self.seed = seed
-        self.sim.reset(seed=seed)
+        self.sim.reset(self.start_rad, seed=seed)
         self.instruction = self.task.reset(self.sim, np.random.default_rng(seed))
         self.robot.resync()
         self.tick = 0

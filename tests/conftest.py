@@ -46,10 +46,14 @@ def so101_sim():
 @pytest.fixture
 def tiny_flow():
     """A factory of small untrained fast/slow reach policies (6 joints, H rows, 2 flow
-    steps): `tiny_flow(cameras=(), horizon=8, image_size_px=16, instructions=())`."""
+    steps): `tiny_flow(cameras=(), horizon=8, image_size_px=16, instructions=(), start_state_rad=())`."""
 
     def make(
-        cameras: tuple[str, ...] = (), horizon: int = 8, image_size_px: int = 16, instructions: tuple[str, ...] = ()
+        cameras: tuple[str, ...] = (),
+        horizon: int = 8,
+        image_size_px: int = 16,
+        instructions: tuple[str, ...] = (),
+        start_state_rad: tuple[float, ...] = (),
     ):
         import numpy as np
         import torch
@@ -71,6 +75,7 @@ def tiny_flow():
             flow_steps=2,
             cameras=cameras,
             instructions=instructions,
+            start_state_rad=start_state_rad,
         )
         torch.manual_seed(0)
         norm = Normalizer("delta", np.zeros(6), np.full(6, 0.3), np.zeros((horizon, 6)), np.full((horizon, 6), 0.02))

@@ -64,7 +64,8 @@ class BenchSetup:
         """Hash of the fields and of the checkpoint files' modification times (a checkpoint
         trained again in the same folder invalidates cached episodes); the CPU device, one
         request in flight and a noise scale of 1 are left out, so episodes cached before
-        they existed still count."""
+        they existed still count. A checkpoint's episodes start at its start pose
+        (`make_env`); those cached when they started at home do not count."""
         doc = asdict(self)
         if self.device == "cpu":
             del doc["device"]
@@ -74,6 +75,7 @@ class BenchSetup:
             del doc["noise_scale"]
         if self.checkpoint is not None:
             doc["checkpoint_mtime_ns"] = max((f.stat().st_mtime_ns for f in Path(self.checkpoint).iterdir()), default=0)
+            doc["start"] = "the policy's start pose"
         return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -113,20 +115,20 @@ def setup_policy(setup: BenchSetup) -> ChunkPolicy:
 
 
 def make_env(setup: BenchSetup, scenario: Scenario, clock: Clock | None = None) -> TaskEnv:
-    """A `TaskEnv` for (task, scenario) rendering the checkpoint's cameras (none for the
-    expert, which reads privileged state). Stepped (`clock` None): this process's cached
-    one; with a clock (e.g. `WallClock`): a new one, the caller closes it."""
+    """A `TaskEnv` for (task, scenario) rendering the checkpoint's cameras and starting its
+    episodes at its start pose (no cameras and home for the expert, which reads privileged
+    state). Stepped (`clock` None): this process's cached one; with a clock (e.g.
+    `WallClock`): a new one, the caller closes it."""
     key = (setup.task, scenario, setup.checkpoint)
     if clock is None and key in _ENVS:
         return _ENVS[key]
-    from robotrl.core.robot import CameraSpec
+    from robotrl.inference.evaluation import make_env as policy_env
     from robotrl.sim.env import TaskEnv
 
-    cameras = ()
-    if setup.checkpoint is not None:
-        meta = setup_policy(setup).metadata
-        cameras = tuple(CameraSpec(c, meta.image_size_px, meta.image_size_px) for c in meta.cameras)
-    env = TaskEnv(setup.task, scenario, cameras=cameras, clock=clock)
+    if setup.checkpoint is None:
+        env = TaskEnv(setup.task, scenario, cameras=(), clock=clock)
+    else:
+        env = policy_env(setup_policy(setup), setup.task, scenario, clock)
     if clock is None:
         _ENVS[key] = env
     return env

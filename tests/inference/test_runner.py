@@ -10,6 +10,10 @@ import re
 import numpy as np
 import pytest
 
+from robotrl.bench.cells import BenchSetup
+from robotrl.bench.cells import make_env as bench_env
+from robotrl.core.errors import ConfigError
+from robotrl.hardware.sim_arm.robot import HOME_Q_RAD
 from robotrl.inference.arm import ArmConfig, open_arm, policy_instruction
 from robotrl.inference.evaluation import evaluation_episode, make_env
 from robotrl.inference.executor import ExecutorConfig
@@ -19,9 +23,12 @@ from robotrl.inference.server import PolicyServer, ServerConfig
 from robotrl.inference.stepped import run_closed_loop
 from robotrl.sim.env import TaskEnv
 from robotrl.sim.rollout import expert_policy
+from robotrl.sim.scenario import get_scenario
 from robotrl.wire.client import ClientSocket
 
 H, S, SEED = 8, 4, 100_003
+START = (0.2, -1.0, 0.9, 0.6, 0.3, 0.0)
+"""A start pose 0.7 rad from home on the wrist, where a twin-recorded policy's began."""
 
 
 def test_bench_policy_and_deploy_in_stepped_mode_give_identical_traces(tiny_flow):
@@ -51,6 +58,36 @@ def test_bench_policy_and_deploy_in_stepped_mode_give_identical_traces(tiny_flow
     np.testing.assert_allclose(deployed.requested_rad(), evaluated.requested_rad(), atol=1e-5)
     np.testing.assert_allclose([r.sent_rad for r in deployed.trace], [r.sent_rad for r in evaluated.trace], atol=1e-5)
     assert len(deployed.received) == len(evaluated.received) == -(-evaluated.ticks // S)
+
+
+def test_a_simulated_arm_starts_every_episode_at_the_policys_start_pose(tmp_path, tiny_flow):
+    """As `deploy` drives a real arm to where the policy's training episodes began, a
+    simulated arm starts each episode there, in evaluation (`bench policy`), in `deploy
+    --robot sim` and in the latency benchmarks; at home for a policy that names none."""
+    policy = tiny_flow(start_state_rad=START)
+    policy.save(tmp_path / "ck")
+    info = {"control_rate_hz": 30.0, "cameras": [], "start_state_rad": list(START)}
+    arm = open_arm(ArmConfig("sim", "reach", "nominal"), info, stepped=True)
+    evaluated = make_env(policy, "reach")
+    benched = bench_env(BenchSetup(task="reach", checkpoint=str(tmp_path / "ck")), get_scenario("nominal"))
+    homed = make_env(tiny_flow(), "reach")
+    try:
+        for task, robot, start in [
+            (arm.task, arm.robot, START),
+            (evaluated, evaluated.robot, START),
+            (benched, benched.robot, START),
+            (homed, homed.robot, HOME_Q_RAD),
+        ]:
+            for seed in (SEED, SEED + 1):
+                task.begin(seed)
+                np.testing.assert_allclose(robot.read().q_rad, start, atol=1e-9)
+                robot.command(np.asarray(start) + 0.1)  # moved off; the next episode starts there again
+                robot.read()
+    finally:
+        for closing in (arm, evaluated, homed):
+            closing.close()
+    with pytest.raises(ConfigError, match="the start pose has 5 joints, the so101 arm has 6"):
+        open_arm(ArmConfig("sim", "reach", "nominal"), {**info, "start_state_rad": list(START[:5])}, stepped=True)
 
 
 def test_the_runner_scores_each_tick_like_the_tick_by_tick_env():
