@@ -4,9 +4,9 @@ started, then the reset period.
 A policy learned from demonstrations that all start at one pose (the simulated arm's
 home, or wherever a person put the arm before recording) has seen little else: started
 where the last episode left the arm, e.g. over the bin, the pixel pick_place policy
-fails every scene (docs/results.md section 17). The simulated tasks put the arm home
-themselves; a real arm is driven there, slowly and through `SafeRobot`, as lerobot's
-reset period has a person (or HIL-SERL's fixed reset pose has the robot) do.
+fails every scene (docs/results.md section 17). A simulated arm is put there at each
+reset (`TaskEnv(start_rad=)`); a real arm is driven there, slowly and through `SafeRobot`,
+as lerobot's reset period has a person (or HIL-SERL's fixed reset pose has the robot) do.
 
 The reset period then holds the arm still while a person sets the scene up, so the
 episode's first observation already shows the scene it is scored on: a scene changed
