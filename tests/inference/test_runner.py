@@ -72,17 +72,18 @@ def test_a_simulated_arm_starts_every_episode_at_the_policys_start_pose(tmp_path
     benched = bench_env(BenchSetup(task="reach", checkpoint=str(tmp_path / "ck")), get_scenario("nominal"))
     homed = make_env(tiny_flow(), "reach")
     try:
-        for task, robot, start in [
-            (arm.task, arm.robot, START),
-            (evaluated, evaluated.robot, START),
-            (benched, benched.robot, START),
-            (homed, homed.robot, HOME_Q_RAD),
+        for task, robot, clock, start in [
+            (arm.task, arm.robot, arm.clock, START),
+            (evaluated, evaluated.robot, evaluated.clock, START),
+            (benched, benched.robot, benched.clock, START),
+            (homed, homed.robot, homed.clock, HOME_Q_RAD),
         ]:
             for seed in (SEED, SEED + 1):
                 task.begin(seed)
                 np.testing.assert_allclose(robot.read().q_rad, start, atol=1e-9)
                 robot.command(np.asarray(start) + 0.1)  # moved off; the next episode starts there again
-                robot.read()
+                clock.sleep(0.5)
+                assert np.abs(robot.read().q_rad - start).max() > 0.02
     finally:
         for closing in (arm, evaluated, homed):
             closing.close()
